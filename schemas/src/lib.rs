@@ -1,0 +1,34 @@
+//! tokentrace trace format v1: the one definition of what a run folder holds, shared by
+//! the recorder (which writes it) and the analyzer (which reads it). See `FORMAT.md`
+//! next to this crate for every table, column, unit and null rule.
+
+pub mod column;
+pub mod error;
+pub mod fsutil;
+pub mod layout;
+pub mod manifest;
+pub mod raw;
+pub mod reader;
+pub mod synth;
+pub mod table;
+pub mod tables;
+pub mod writer;
+
+pub use error::{Error, Result};
+pub use layout::{CellKey, Phase};
+pub use table::Table;
+pub use tables::{
+    ChunkKind, ChunkRow, Chunks, EndReason, Endpoint, EventKind, EventRow, Events, MetricRow,
+    MetricType, Metrics, RequestRow, Requests, Role,
+};
+
+/// The trace format version this build writes and reads.
+pub const SCHEMA_VERSION: u32 = 1;
+/// This build's version.
+pub const TOOL_VERSION: &str = env!("CARGO_PKG_VERSION");
+/// Parquet `created_by` of every file this build writes.
+pub const CREATED_BY: &str = concat!("tokentrace ", env!("CARGO_PKG_VERSION"));
+/// Parquet key-value metadata key holding the schema version.
+pub const SCHEMA_VERSION_KEY: &str = "tokentrace.schema_version";
+/// Parquet key-value metadata key holding the table name.
+pub const TABLE_KEY: &str = "tokentrace.table";

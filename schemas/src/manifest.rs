@@ -1,0 +1,286 @@
+//! `manifest.json` (one per run) and `cell.json` (one per cell, the commit mark): serde
+//! types decoded strictly, with the schema version checked before anything else so a
+//! newer file gives "upgrade" rather than a confusing unknown-field error.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+
+use crate::error::{Error, Result};
+use crate::layout::{CellKey, Phase};
+use crate::str_enum;
+use crate::tables::Endpoint;
+use crate::{SCHEMA_VERSION, fsutil};
+
+/// Which program wrote a file.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ToolInfo {
+    pub name: String,
+    pub version: String,
+}
+
+impl ToolInfo {
+    /// This build of tokentrace.
+    pub fn current() -> Self {
+        ToolInfo {
+            name: "tokentrace".to_string(),
+            version: crate::TOOL_VERSION.to_string(),
+        }
+    }
+}
+
+/// Maps the run's monotonic clock to wall time.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Clock {
+    /// UTC time (RFC 3339, nanoseconds) at which the monotonic clock read 0 ns.
+    pub utc_at_zero: String,
+}
+
+/// The server that was measured.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Target {
+    /// Base URL, with any user-info (credentials) removed.
+    pub url: String,
+    /// Whether an API key was sent (the key itself is never written).
+    pub api_key: bool,
+}
+
+/// What is known about the serving engine.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EngineInfo {
+    /// `vllm`, `sglang`, `tgi`, `llama.cpp`, `tokentrace-sim`, or null when unknown.
+    pub name: Option<String>,
+    pub version: Option<String>,
+    /// Anything else reported (`/version` fields, build info), as strings.
+    #[serde(default)]
+    pub details: BTreeMap<String, String>,
+}
+
+/// What the recorder found the server supports (filled by its probe).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ServerCapabilities {
+    /// The server returned cumulative usage on every chunk when asked.
+    pub continuous_usage_stats: Option<bool>,
+    /// The server returned token ids per chunk when asked.
+    pub return_token_ids: Option<bool>,
+    /// `GET /metrics` answered with Prometheus text.
+    pub metrics: Option<bool>,
+    /// Which tokenize API shape worked (`vllm`, `llama.cpp`), if any.
+    pub tokenize: Option<String>,
+    /// The server's maximum context (prompt + output) in tokens.
+    pub max_model_len: Option<u32>,
+    /// How `chunks.tokens` was obtained: `usage`, `token_ids` or `one_per_chunk`.
+    pub token_counting: Option<String>,
+}
+
+/// How the run was configured (the recorder's settings, after defaults).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RunConfig {
+    pub endpoint: Endpoint,
+    /// Context lengths in tokens.
+    pub contexts: Vec<u32>,
+    /// Concurrency levels of the decode phase.
+    pub concurrency: Vec<u32>,
+    /// Length of each decode measurement window.
+    pub window_ns: i64,
+    pub max_tokens: u32,
+    pub ignore_eos: bool,
+    /// Interval between metric scrapes.
+    pub scrape_interval_ns: i64,
+    /// Longest the readiness warm-up may take.
+    pub warmup_timeout_ns: i64,
+    /// Longest the drain barrier waits for 0 running / 0 waiting.
+    pub drain_timeout_ns: i64,
+    /// A stream silent for longer than this ends as `stall_timeout`.
+    pub stall_timeout_ns: i64,
+    /// Allowed difference between requested and server-counted prompt tokens.
+    pub prompt_tolerance_tokens: u32,
+}
+
+str_enum! {
+    /// Where a cell stands.
+    pub enum CellStatus {
+        /// Not yet recorded.
+        Planned = "planned",
+        /// Committed: its folder is under cells/ with a complete cell.json.
+        Complete = "complete",
+        /// Recording failed (reason says why); the run went on.
+        Failed = "failed",
+        /// Not recorded on purpose (reason says why, e.g. over max_model_len).
+        Skipped = "skipped",
+        /// The run stopped while this cell was recording; `--resume` redoes it.
+        Interrupted = "interrupted",
+    }
+}
+
+/// One cell in the manifest's list.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CellEntry {
+    pub phase: Phase,
+    pub context: u32,
+    pub concurrency: u32,
+    pub status: CellStatus,
+    pub reason: Option<String>,
+}
+
+impl CellEntry {
+    pub fn key(&self) -> CellKey {
+        CellKey::new(self.phase, self.context, self.concurrency)
+    }
+}
+
+/// `manifest.json`: what a run is, and the list of its cells.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Manifest {
+    pub schema_version: u32,
+    pub tool: ToolInfo,
+    pub run_id: String,
+    pub clock: Clock,
+    pub target: Target,
+    /// Model name as served (`model` in requests).
+    pub model: String,
+    pub engine: EngineInfo,
+    /// Hardware as described by the user (free text), if given.
+    pub hardware: Option<String>,
+    /// The server's launch command as given by the user, secrets redacted.
+    pub launch_command: Option<String>,
+    pub capabilities: ServerCapabilities,
+    pub config: RunConfig,
+    pub cells: Vec<CellEntry>,
+}
+
+/// Size of one file of a committed cell.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FileStat {
+    /// Rows (tables) or frames (raw capture).
+    pub rows: u64,
+    pub bytes: u64,
+}
+
+/// `cell.json`: the commit mark of a cell, written last.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CellMeta {
+    pub schema_version: u32,
+    /// `tokentrace <version>` of the writer.
+    pub created_by: String,
+    pub phase: Phase,
+    pub context: u32,
+    pub concurrency: u32,
+    /// True only when every file below was written, synced and renamed into place.
+    pub complete: bool,
+    /// Every file of the cell by name (tables and raw capture).
+    pub files: BTreeMap<String, FileStat>,
+}
+
+impl CellMeta {
+    pub fn key(&self) -> CellKey {
+        CellKey::new(self.phase, self.context, self.concurrency)
+    }
+}
+
+#[derive(Deserialize)]
+struct VersionOnly {
+    schema_version: Option<serde_json::Value>,
+}
+
+/// Reads a JSON file of this format, checking `schema_version` first.
+pub fn read_json<T: DeserializeOwned>(path: &Path, what: &'static str) -> Result<T> {
+    let bytes = match std::fs::read(path) {
+        Ok(b) => b,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            return Err(Error::Missing {
+                path: path.to_path_buf(),
+                what,
+            });
+        }
+        Err(e) => return Err(Error::io(path, e)),
+    };
+    let json_err = |source| Error::Json {
+        path: path.to_path_buf(),
+        source,
+    };
+    let v: VersionOnly = serde_json::from_slice(&bytes).map_err(json_err)?;
+    match v.schema_version {
+        Some(serde_json::Value::Number(n)) => match n.as_u64() {
+            Some(found) if found > u64::from(SCHEMA_VERSION) => {
+                return Err(Error::NewerVersion {
+                    path: path.to_path_buf(),
+                    found: u32::try_from(found).unwrap_or(u32::MAX),
+                    supported: SCHEMA_VERSION,
+                });
+            }
+            Some(found) if found == u64::from(SCHEMA_VERSION) => {}
+            _ => {
+                return Err(Error::BadVersion {
+                    path: path.to_path_buf(),
+                    found: n.to_string(),
+                    supported: SCHEMA_VERSION,
+                });
+            }
+        },
+        Some(other) => {
+            return Err(Error::BadVersion {
+                path: path.to_path_buf(),
+                found: other.to_string(),
+                supported: SCHEMA_VERSION,
+            });
+        }
+        None => {
+            return Err(Error::BadVersion {
+                path: path.to_path_buf(),
+                found: "(none)".to_string(),
+                supported: SCHEMA_VERSION,
+            });
+        }
+    }
+    serde_json::from_slice(&bytes).map_err(json_err)
+}
+
+/// Writes pretty JSON atomically: temporary name, fsync, rename, fsync of the folder.
+pub fn write_json<T: Serialize>(path: &Path, value: &T) -> Result<()> {
+    let mut bytes = serde_json::to_vec_pretty(value).map_err(|source| Error::Json {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    bytes.push(b'\n');
+    fsutil::write_atomic(path, &bytes)
+}
+
+impl Manifest {
+    /// Reads `run/manifest.json`.
+    pub fn read(run: &Path) -> Result<Self> {
+        read_json(&run.join(crate::layout::MANIFEST_FILE), "run manifest")
+    }
+
+    /// Writes `run/manifest.json` atomically.
+    pub fn write(&self, run: &Path) -> Result<()> {
+        write_json(&run.join(crate::layout::MANIFEST_FILE), self)
+    }
+}
+
+impl CellMeta {
+    /// Reads `cell_dir/cell.json` and checks that it marks a complete cell.
+    pub fn read_complete(cell_dir: &Path) -> Result<Self> {
+        let path = cell_dir.join(crate::layout::CELL_FILE);
+        let meta: CellMeta = read_json(&path, "cell commit mark (cell.json)")?;
+        if !meta.complete {
+            return Err(Error::Incomplete {
+                path: cell_dir.to_path_buf(),
+                reason: "cell.json says complete: false".to_string(),
+            });
+        }
+        Ok(meta)
+    }
+}

@@ -1,0 +1,177 @@
+//! Reading trace tables back: opens a Parquet file, checks the stamp (schema version,
+//! table name) and the columns against this build's schema, then yields typed rows a
+//! batch at a time. Every failure is an error naming the file; nothing panics.
+
+use std::fs::File;
+use std::marker::PhantomData;
+use std::path::{Path, PathBuf};
+
+use arrow_schema::Fields;
+use parquet::arrow::arrow_reader::{ParquetRecordBatchReader, ParquetRecordBatchReaderBuilder};
+
+use crate::error::{Error, Result};
+use crate::table::Table;
+use crate::{SCHEMA_VERSION, SCHEMA_VERSION_KEY, TABLE_KEY};
+
+/// Fields as `name: type [null]`, for schema-mismatch messages.
+pub fn describe_fields(fields: &Fields) -> String {
+    fields
+        .iter()
+        .map(|f| {
+            format!(
+                "{}: {}{}",
+                f.name(),
+                f.data_type(),
+                if f.is_nullable() { "?" } else { "" }
+            )
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// What a table file says about itself.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FileStamp {
+    pub schema_version: u32,
+    pub table: Option<String>,
+    pub created_by: Option<String>,
+    pub rows: i64,
+}
+
+/// Iterates a table file's rows one record batch at a time.
+#[derive(Debug)]
+pub struct TableReader<T: Table> {
+    path: PathBuf,
+    inner: ParquetRecordBatchReader,
+    stamp: FileStamp,
+    row: u64,
+    _table: PhantomData<T>,
+}
+
+/// Opens a table file, checking version and schema.
+pub fn open_table<T: Table>(path: &Path) -> Result<TableReader<T>> {
+    let file = match File::open(path) {
+        Ok(f) => f,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            return Err(Error::Missing {
+                path: path.to_path_buf(),
+                what: "Parquet table",
+            });
+        }
+        Err(e) => return Err(Error::io(path, e)),
+    };
+    let corrupt = |source| Error::Corrupt {
+        path: path.to_path_buf(),
+        source,
+    };
+    let builder = ParquetRecordBatchReaderBuilder::try_new(file).map_err(corrupt)?;
+    let stamp = check_stamp::<T>(path, &builder)?;
+    let expected = T::schema();
+    let found = builder.schema();
+    if found.fields() != expected.fields() {
+        return Err(Error::SchemaMismatch {
+            path: path.to_path_buf(),
+            table: T::NAME,
+            expected: describe_fields(expected.fields()),
+            found: describe_fields(found.fields()),
+        });
+    }
+    let inner = builder.build().map_err(corrupt)?;
+    Ok(TableReader {
+        path: path.to_path_buf(),
+        inner,
+        stamp,
+        row: 0,
+        _table: PhantomData,
+    })
+}
+
+fn check_stamp<T: Table>(path: &Path, builder: &ParquetRecordBatchReaderBuilder<File>) -> Result<FileStamp> {
+    let meta = builder.metadata().file_metadata();
+    let kv = meta.key_value_metadata();
+    let get = |key: &str| {
+        kv.and_then(|kv| kv.iter().find(|e| e.key == key))
+            .and_then(|e| e.value.clone())
+    };
+    let Some(version) = get(SCHEMA_VERSION_KEY) else {
+        return Err(Error::NotTokentrace {
+            path: path.to_path_buf(),
+            key: SCHEMA_VERSION_KEY,
+        });
+    };
+    let bad = || Error::BadVersion {
+        path: path.to_path_buf(),
+        found: version.clone(),
+        supported: SCHEMA_VERSION,
+    };
+    let found: u32 = version.trim().parse().map_err(|_| bad())?;
+    if found > SCHEMA_VERSION {
+        return Err(Error::NewerVersion {
+            path: path.to_path_buf(),
+            found,
+            supported: SCHEMA_VERSION,
+        });
+    }
+    if found != SCHEMA_VERSION {
+        return Err(bad());
+    }
+    let table = get(TABLE_KEY);
+    if let Some(t) = &table
+        && t != T::NAME
+    {
+        return Err(Error::SchemaMismatch {
+            path: path.to_path_buf(),
+            table: T::NAME,
+            expected: format!("table `{}`", T::NAME),
+            found: format!("table `{t}`"),
+        });
+    }
+    Ok(FileStamp {
+        schema_version: found,
+        table,
+        created_by: meta.created_by().map(str::to_string),
+        rows: meta.num_rows(),
+    })
+}
+
+impl<T: Table> TableReader<T> {
+    /// The file's stamp (version, table, writer, row count from the footer).
+    pub fn stamp(&self) -> &FileStamp {
+        &self.stamp
+    }
+
+    /// The next batch of rows, `None` at the end.
+    pub fn next_rows(&mut self) -> Result<Option<Vec<T::Row>>> {
+        let Some(batch) = self.inner.next() else {
+            return Ok(None);
+        };
+        let batch = batch.map_err(|e| Error::Corrupt {
+            path: self.path.clone(),
+            source: parquet::errors::ParquetError::ArrowError(e.to_string()),
+        })?;
+        let rows = T::from_batch(&batch).map_err(|e| Error::BadValue {
+            path: self.path.clone(),
+            column: e.column,
+            row: self.row + e.row as u64,
+            message: e.message,
+        })?;
+        self.row += batch.num_rows() as u64;
+        Ok(Some(rows))
+    }
+}
+
+impl<T: Table> Iterator for TableReader<T> {
+    type Item = Result<Vec<T::Row>>;
+    fn next(&mut self) -> Option<Self::Item> {
+        self.next_rows().transpose()
+    }
+}
+
+/// Reads a whole table file into memory (for tests and small files).
+pub fn read_table<T: Table>(path: &Path) -> Result<Vec<T::Row>> {
+    let mut out = Vec::new();
+    for rows in open_table::<T>(path)? {
+        out.extend(rows?);
+    }
+    Ok(out)
+}

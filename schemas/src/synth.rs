@@ -1,0 +1,433 @@
+//! Synthetic traces written through the real writers: a deterministic model of N
+//! closed-loop streams (speculative multi-token chunks, reasoning then content, vLLM-shaped
+//! SSE bytes, metric scrapes), for format tests, interop checks, size and speed benchmarks.
+
+use std::path::Path;
+
+use crate::error::Result;
+use crate::layout::{CellKey, Phase};
+use crate::manifest::{
+    CellEntry, CellMeta, CellStatus, Clock, EngineInfo, Manifest, RunConfig, ServerCapabilities,
+    Target, ToolInfo,
+};
+use crate::tables::{
+    ChunkKind, ChunkRow, EndReason, Endpoint, EventKind, EventRow, MetricRow, MetricType,
+    RequestRow, Role, canonical_labels,
+};
+use crate::writer::CellWriter;
+
+/// A small, fast, deterministic generator (SplitMix64); no dependency, same output everywhere.
+#[derive(Debug, Clone)]
+pub struct Rng(u64);
+
+impl Rng {
+    pub fn new(seed: u64) -> Self {
+        Rng(seed)
+    }
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+    /// Uniform in [0, 1).
+    pub fn unit(&mut self) -> f64 {
+        (self.next_u64() >> 11) as f64 / (1u64 << 53) as f64
+    }
+    /// Uniform in [0, n).
+    pub fn below(&mut self, n: u64) -> u64 {
+        if n == 0 { 0 } else { self.next_u64() % n }
+    }
+}
+
+const SYLLABLES: [&str; 48] = [
+    "the", "an", "in", "re", "er", "on", "at", "en", "ed", "is", "it", "ou", "ar", "st", "ing",
+    "al", "or", "ion", "to", "es", "ic", "ly", "ent", "ver", "com", "pro", "con", "ter", "ment",
+    "ate", "ous", "ist", "ble", "der", "per", "ty", "ure", "tion", "ri", "mo", "la", "di", "ca",
+    "sa", "po", "ne", "li", "ma",
+];
+const PUNCT: [&str; 6] = [",", ".", "\n", ":", ";", "\n\n"];
+
+/// Text tokens drawn from a Zipf-distributed vocabulary of pseudo-words (≈ 4 characters
+/// per token, as in English BPE output). Independent draws compress worse than real
+/// model text, so sizes measured on it err on the large side.
+#[derive(Debug, Clone)]
+pub struct Vocab {
+    words: Vec<String>,
+    cumulative: Vec<f64>,
+}
+
+impl Vocab {
+    pub fn new(size: usize, seed: u64) -> Self {
+        let mut rng = Rng::new(seed);
+        let mut words = Vec::with_capacity(size);
+        for i in 0..size {
+            if i % 40 == 7 {
+                words.push(PUNCT[i % PUNCT.len()].to_string());
+                continue;
+            }
+            let n = 1 + rng.below(2) as usize;
+            let mut w = String::from(if rng.unit() < 0.8 { " " } else { "" });
+            for _ in 0..n {
+                w.push_str(SYLLABLES[rng.below(SYLLABLES.len() as u64) as usize]);
+            }
+            words.push(w);
+        }
+        let mut cumulative = Vec::with_capacity(size);
+        let mut total = 0.0;
+        for rank in 1..=size {
+            total += 1.0 / rank as f64;
+            cumulative.push(total);
+        }
+        Vocab { words, cumulative }
+    }
+
+    pub fn token(&self, rng: &mut Rng) -> &str {
+        let total = self.cumulative.last().copied().unwrap_or(0.0);
+        let x = rng.unit() * total;
+        let i = self.cumulative.partition_point(|&c| c < x);
+        self.words
+            .get(i.min(self.words.len().saturating_sub(1)))
+            .map_or("", String::as_str)
+    }
+}
+
+/// What to generate for one decode cell.
+#[derive(Debug, Clone)]
+pub struct DecodeSpec {
+    pub key: CellKey,
+    /// Stop once this many completion tokens were streamed (the last requests are cancelled).
+    pub total_tokens: u64,
+    pub max_tokens: u32,
+    /// Mean time between decode steps.
+    pub step_ns: i64,
+    pub ttft_ns: i64,
+    /// Draft tokens per step (speculative decoding); 0 gives one token per chunk.
+    pub spec_tokens: u32,
+    pub acceptance: f64,
+    /// Share of each request's tokens streamed as reasoning before content.
+    pub reasoning_share: f64,
+    pub scrape_interval_ns: i64,
+    pub seed: u64,
+}
+
+impl DecodeSpec {
+    /// A cell shaped like the reference report's mid-matrix cells.
+    pub fn new(key: CellKey, total_tokens: u64) -> Self {
+        DecodeSpec {
+            key,
+            total_tokens,
+            max_tokens: 4096,
+            step_ns: 10_000_000,
+            ttft_ns: 150_000_000,
+            spec_tokens: 3,
+            acceptance: 0.6,
+            reasoning_share: 0.25,
+            scrape_interval_ns: 1_000_000_000,
+            seed: u64::from(key.context) * 1_000_003 + u64::from(key.concurrency),
+        }
+    }
+}
+
+fn sse_event(id: i64, created: i64, reasoning: bool, text: &str, usage: (i32, i32)) -> String {
+    let field = if reasoning { "reasoning" } else { "content" };
+    let text = serde_json::Value::String(text.to_string()).to_string();
+    format!(
+        "data: {{\"id\":\"chatcmpl-{id:016x}\",\"object\":\"chat.completion.chunk\",\"created\":{created},\
+         \"model\":\"deepseek\",\"choices\":[{{\"index\":0,\"delta\":{{\"{field}\":{text}}},\"logprobs\":null,\
+         \"finish_reason\":null}}],\"usage\":{{\"prompt_tokens\":{p},\"total_tokens\":{t},\"completion_tokens\":{c}}}}}\n\n",
+        p = usage.0,
+        t = usage.0 + usage.1,
+        c = usage.1,
+    )
+}
+
+struct Stream {
+    request: RequestRow,
+    chunks: Vec<(ChunkRow, String)>,
+}
+
+fn gen_request(
+    spec: &DecodeSpec,
+    vocab: &Vocab,
+    rng: &mut Rng,
+    id: i64,
+    slot: i32,
+    start_ns: i64,
+    budget: u64,
+) -> Stream {
+    let prompt = i32::try_from(spec.key.context).unwrap_or(i32::MAX);
+    let max = u64::from(spec.max_tokens).min(budget.max(1));
+    let reasoning_tokens = (spec.max_tokens as f64 * spec.reasoning_share) as u64;
+    let sent = start_ns + 50_000;
+    let headers = sent + 2_000_000;
+    let mut t = sent + spec.ttft_ns + (rng.unit() * spec.ttft_ns as f64 * 0.2) as i64;
+    let mut done = 0u64;
+    let mut chunks = Vec::new();
+    let mut seq = 0i32;
+    let mut first_token = None;
+    let mut last_token = None;
+    while done < max {
+        let mut n = 1u64;
+        while n <= u64::from(spec.spec_tokens) && rng.unit() < spec.acceptance {
+            n += 1;
+        }
+        let n = n.min(max - done);
+        let reasoning = done < reasoning_tokens;
+        let mut text = String::new();
+        for _ in 0..n {
+            text.push_str(vocab.token(rng));
+        }
+        done += n;
+        let cum = i32::try_from(done).unwrap_or(i32::MAX);
+        let event = sse_event(id, 1_796_000_000 + t / 1_000_000_000, reasoning, &text, (prompt, cum));
+        first_token.get_or_insert(t);
+        last_token = Some(t);
+        let row = ChunkRow {
+            request_id: id,
+            seq,
+            arrival_ns: t,
+            queued_ns: Some(t + 20_000 + rng.below(60_000) as i64),
+            bytes: i32::try_from(event.len()).unwrap_or(i32::MAX),
+            kind: ChunkKind::Data,
+            tokens: Some(i32::try_from(n).unwrap_or(i32::MAX)),
+            completion_tokens: Some(cum),
+            content: (!reasoning).then(|| text.clone()),
+            reasoning: reasoning.then_some(text),
+            finish_reason: None,
+            error: None,
+        };
+        chunks.push((row, event));
+        seq += 1;
+        let jitter = 0.85 + 0.3 * rng.unit();
+        t += (spec.step_ns as f64 * jitter) as i64;
+    }
+    let finished = done >= u64::from(spec.max_tokens);
+    let end = t;
+    if finished {
+        let event = "data: [DONE]\n\n".to_string();
+        chunks.push((
+            ChunkRow {
+                request_id: id,
+                seq,
+                arrival_ns: end,
+                queued_ns: Some(end + 15_000),
+                bytes: i32::try_from(event.len()).unwrap_or(0),
+                kind: ChunkKind::Done,
+                tokens: None,
+                completion_tokens: None,
+                content: None,
+                reasoning: None,
+                finish_reason: None,
+                error: None,
+            },
+            event,
+        ));
+        if let Some((last, _)) = chunks.iter_mut().rev().nth(1) {
+            last.finish_reason = Some("length".to_string());
+        }
+    }
+    let completion = i32::try_from(done).unwrap_or(i32::MAX);
+    Stream {
+        request: RequestRow {
+            request_id: id,
+            slot: Some(slot),
+            role: Role::Measured,
+            endpoint: Endpoint::Chat,
+            prompt_tokens_requested: prompt,
+            prompt_tokens_server: Some(prompt),
+            cached_tokens_server: Some(prompt - prompt % 256),
+            completion_tokens_server: Some(completion),
+            max_tokens: Some(i32::try_from(spec.max_tokens).unwrap_or(i32::MAX)),
+            scheduled_ns: start_ns,
+            sent_ns: Some(sent),
+            headers_ns: Some(headers),
+            first_chunk_ns: first_token,
+            first_token_ns: first_token,
+            last_token_ns: last_token,
+            end_ns: Some(end),
+            end_reason: if finished {
+                EndReason::FinishedLength
+            } else {
+                EndReason::Cancelled
+            },
+            finish_reason: finished.then(|| "length".to_string()),
+            http_status: Some(200),
+            error: None,
+            server_request_id: Some(format!("chatcmpl-{id:016x}")),
+        },
+        chunks,
+    }
+}
+
+/// Writes one synthetic decode cell through [`CellWriter`]; returns its commit mark.
+pub fn write_decode_cell(run: &Path, spec: &DecodeSpec) -> Result<CellMeta> {
+    let vocab = Vocab::new(5000, 7);
+    let mut rng = Rng::new(spec.seed);
+    let n = spec.key.concurrency.max(1);
+    // Closed loop: each slot restarts a request as soon as the previous one ends.
+    let mut streams = Vec::new();
+    let mut remaining = spec.total_tokens;
+    let mut slot_time = vec![0i64; n as usize];
+    let mut id = i64::from(spec.key.context) * 1_000_000 + i64::from(spec.key.concurrency) * 10_000;
+    'outer: loop {
+        for (slot, t) in slot_time.iter_mut().enumerate() {
+            if remaining == 0 {
+                break 'outer;
+            }
+            let s = gen_request(spec, &vocab, &mut rng, id, slot as i32, *t, remaining);
+            let got = s.request.completion_tokens_server.unwrap_or(0) as u64;
+            remaining = remaining.saturating_sub(got.max(1));
+            *t = s.request.end_ns.unwrap_or(*t) + 100_000;
+            id += 1;
+            streams.push(s);
+        }
+    }
+    let end_ns = slot_time.iter().copied().max().unwrap_or(0);
+    let mut w = CellWriter::create(run, spec.key)?;
+    for (time_ns, kind) in [
+        (0, EventKind::CellStart),
+        (0, EventKind::WarmupStart),
+        (0, EventKind::WarmupEnd),
+        (0, EventKind::WindowOpen),
+        (end_ns, EventKind::WindowClose),
+        (end_ns, EventKind::DrainStart),
+        (end_ns + 1_000_000, EventKind::DrainEnd),
+        (end_ns + 1_000_000, EventKind::CellEnd),
+    ] {
+        w.push_event(EventRow {
+            time_ns,
+            kind,
+            request_id: None,
+            detail: None,
+        })?;
+    }
+    let mut chunks: Vec<(ChunkRow, String)> = Vec::new();
+    for s in streams {
+        w.push_request(s.request)?;
+        chunks.extend(s.chunks);
+    }
+    chunks.sort_by_key(|(c, _)| (c.arrival_ns, c.request_id, c.seq));
+    for (row, event) in chunks {
+        w.raw.write(row.request_id, row.arrival_ns, event.as_bytes())?;
+        w.push_chunk(row)?;
+    }
+    write_scrapes(&mut w, spec, end_ns)?;
+    w.commit()
+}
+
+fn write_scrapes(w: &mut CellWriter, spec: &DecodeSpec, end_ns: i64) -> Result<()> {
+    let labels = canonical_labels(&[("engine", "0"), ("model_name", "deepseek")]);
+    let n = f64::from(spec.key.concurrency);
+    let mut t = 0i64;
+    let mut generated = 0.0;
+    while t <= end_ns {
+        let end = t + 3_000_000;
+        generated += n / (spec.step_ns as f64 / 1e9) * (spec.scrape_interval_ns as f64 / 1e9);
+        let mut push = |family: &str, name: &str, labels: &str, value: f64, ty: MetricType| {
+            w.push_metric(MetricRow {
+                scrape_start_ns: t,
+                scrape_end_ns: end,
+                family: family.to_string(),
+                name: name.to_string(),
+                labels: labels.to_string(),
+                value,
+                metric_type: ty,
+            })
+        };
+        push("vllm:num_requests_running", "vllm:num_requests_running", &labels, n, MetricType::Gauge)?;
+        push("vllm:num_requests_waiting", "vllm:num_requests_waiting", &labels, 0.0, MetricType::Gauge)?;
+        push("vllm:kv_cache_usage_perc", "vllm:kv_cache_usage_perc", &labels, 0.3, MetricType::Gauge)?;
+        push("vllm:generation_tokens", "vllm:generation_tokens_total", &labels, generated.floor(), MetricType::Counter)?;
+        for le in ["0.001", "0.005", "0.01", "0.02", "0.05", "0.1", "+Inf"] {
+            let l = canonical_labels(&[("engine", "0"), ("le", le), ("model_name", "deepseek")]);
+            push(
+                "vllm:inter_token_latency_seconds",
+                "vllm:inter_token_latency_seconds_bucket",
+                &l,
+                generated.floor(),
+                MetricType::Histogram,
+            )?;
+        }
+        t += spec.scrape_interval_ns;
+    }
+    Ok(())
+}
+
+/// A manifest for a synthetic run of the given cells (all complete).
+pub fn manifest(run_id: &str, cells: &[CellKey]) -> Manifest {
+    Manifest {
+        schema_version: crate::SCHEMA_VERSION,
+        tool: ToolInfo::current(),
+        run_id: run_id.to_string(),
+        clock: Clock {
+            utc_at_zero: "2026-11-30T00:00:00.000000000Z".to_string(),
+        },
+        target: Target {
+            url: "synthetic://".to_string(),
+            api_key: false,
+        },
+        model: "deepseek".to_string(),
+        engine: EngineInfo {
+            name: Some("synthetic".to_string()),
+            version: Some(crate::TOOL_VERSION.to_string()),
+            details: Default::default(),
+        },
+        hardware: None,
+        launch_command: None,
+        capabilities: ServerCapabilities {
+            continuous_usage_stats: Some(true),
+            token_counting: Some("usage".to_string()),
+            ..Default::default()
+        },
+        config: RunConfig {
+            endpoint: Endpoint::Chat,
+            contexts: {
+                let mut v: Vec<u32> = cells.iter().map(|c| c.context).collect();
+                v.sort_unstable();
+                v.dedup();
+                v
+            },
+            concurrency: {
+                let mut v: Vec<u32> = cells
+                    .iter()
+                    .filter(|c| c.phase == Phase::Decode)
+                    .map(|c| c.concurrency)
+                    .collect();
+                v.sort_unstable();
+                v.dedup();
+                v
+            },
+            window_ns: 30_000_000_000,
+            max_tokens: 4096,
+            ignore_eos: true,
+            scrape_interval_ns: 1_000_000_000,
+            warmup_timeout_ns: 600_000_000_000,
+            drain_timeout_ns: 300_000_000_000,
+            stall_timeout_ns: 600_000_000_000,
+            prompt_tolerance_tokens: 8,
+        },
+        cells: cells
+            .iter()
+            .map(|k| CellEntry {
+                phase: k.phase,
+                context: k.context,
+                concurrency: k.concurrency,
+                status: CellStatus::Complete,
+                reason: None,
+            })
+            .collect(),
+    }
+}
+
+/// Writes a synthetic run: the decode cells of `keys`, `tokens_per_cell` tokens each.
+pub fn write_run(run: &Path, run_id: &str, keys: &[CellKey], tokens_per_cell: u64) -> Result<Manifest> {
+    std::fs::create_dir_all(run).map_err(|e| crate::Error::io(run, e))?;
+    for key in keys {
+        write_decode_cell(run, &DecodeSpec::new(*key, tokens_per_cell))?;
+    }
+    let m = manifest(run_id, keys);
+    m.write(run)?;
+    Ok(m)
+}

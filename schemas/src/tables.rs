@@ -1,0 +1,214 @@
+//! Trace format v1: the four tables of a cell and the closed value sets their string
+//! columns use. Column meanings, units and null rules are documented in FORMAT.md; a
+//! test keeps that document and these definitions in step.
+
+use crate::str_enum;
+use crate::table::table;
+
+str_enum! {
+    /// What an SSE event was.
+    pub enum ChunkKind {
+        /// A `data:` event carrying JSON.
+        Data = "data",
+        /// A comment line (`: ...`), e.g. a keep-alive.
+        Comment = "comment",
+        /// An error event: an `event: error` or a `data:` JSON object with an `error` key.
+        Error = "error",
+        /// The `data: [DONE]` terminator.
+        Done = "done",
+    }
+}
+
+str_enum! {
+    /// Why a request was sent.
+    pub enum Role {
+        /// The cold first request of a context: its TTFT measures prefill.
+        Scout = "scout",
+        /// Sent during the readiness warm-up, before the window opened.
+        Warmup = "warmup",
+        /// Sent by a worker once the window was open.
+        Measured = "measured",
+        /// A capability probe (stream options, tokenizer), outside the matrix.
+        Probe = "probe",
+    }
+}
+
+str_enum! {
+    /// The OpenAI-compatible endpoint a request went to.
+    pub enum Endpoint {
+        Completions = "completions",
+        Chat = "chat",
+    }
+}
+
+str_enum! {
+    /// How a request ended.
+    pub enum EndReason {
+        /// The server finished with `finish_reason: stop`.
+        FinishedStop = "finished_stop",
+        /// The server finished with `finish_reason: length`.
+        FinishedLength = "finished_length",
+        /// The server finished with any other finish reason (kept in `finish_reason`).
+        FinishedOther = "finished_other",
+        /// The recorder closed the connection at window close.
+        Cancelled = "cancelled",
+        /// The response status was not 2xx.
+        HttpError = "http_error",
+        /// The stream carried an error event.
+        StreamError = "stream_error",
+        /// The connection ended before a finish reason or `[DONE]`.
+        Disconnect = "disconnect",
+        /// No bytes arrived for longer than the stall timeout.
+        StallTimeout = "stall_timeout",
+    }
+}
+
+str_enum! {
+    /// Prometheus metric family type, as declared by `# TYPE`.
+    pub enum MetricType {
+        Counter = "counter",
+        Gauge = "gauge",
+        Histogram = "histogram",
+        Summary = "summary",
+        /// No `# TYPE` line, or `untyped`.
+        Untyped = "untyped",
+    }
+}
+
+str_enum! {
+    /// A mark in a cell's (or the run's) life.
+    pub enum EventKind {
+        RunStart = "run_start",
+        CellStart = "cell_start",
+        WarmupStart = "warmup_start",
+        WarmupEnd = "warmup_end",
+        WindowOpen = "window_open",
+        WindowClose = "window_close",
+        DrainStart = "drain_start",
+        DrainEnd = "drain_end",
+        CellEnd = "cell_end",
+        /// Something went wrong that does not end the run (detail says what).
+        Fault = "fault",
+        /// Free-form information.
+        Note = "note",
+    }
+}
+
+table!(
+    /// The `requests` table: one row per HTTP request.
+    Requests,
+    /// One request's lifecycle.
+    RequestRow, "requests" {
+        /// Recorder-assigned id, unique within the run.
+        request_id: i64,
+        /// Closed-loop worker that sent it; null for scouts and probes.
+        slot: Option<i32>,
+        role: Role,
+        endpoint: Endpoint,
+        /// Prompt length the recorder asked for.
+        prompt_tokens_requested: i32,
+        /// `usage.prompt_tokens` as reported by the server.
+        prompt_tokens_server: Option<i32>,
+        /// `usage.prompt_tokens_details.cached_tokens`.
+        cached_tokens_server: Option<i32>,
+        /// Final `usage.completion_tokens`.
+        completion_tokens_server: Option<i32>,
+        max_tokens: Option<i32>,
+        scheduled_ns: i64,
+        sent_ns: Option<i64>,
+        headers_ns: Option<i64>,
+        first_chunk_ns: Option<i64>,
+        first_token_ns: Option<i64>,
+        last_token_ns: Option<i64>,
+        end_ns: Option<i64>,
+        end_reason: EndReason,
+        finish_reason: Option<String>,
+        http_status: Option<i32>,
+        error: Option<String>,
+        server_request_id: Option<String>,
+    }
+);
+
+table!(
+    /// The `chunks` table: one row per SSE event.
+    Chunks,
+    /// One SSE event of one request.
+    ChunkRow, "chunks" {
+        request_id: i64,
+        /// 0-based position of the event within its request.
+        seq: i32,
+        /// When the read that completed the event returned.
+        arrival_ns: i64,
+        /// When the row was handed to the writer.
+        queued_ns: Option<i64>,
+        /// Bytes of the event on the wire, terminator included.
+        bytes: i32,
+        kind: ChunkKind,
+        /// Tokens carried by this event.
+        tokens: Option<i32>,
+        /// Cumulative completion tokens after this event, as the server reported.
+        completion_tokens: Option<i32>,
+        content: Option<String>,
+        reasoning: Option<String>,
+        finish_reason: Option<String>,
+        error: Option<String>,
+    }
+);
+
+table!(
+    /// The `metrics` table: one row per Prometheus sample, long format.
+    Metrics,
+    /// One sample of one scrape.
+    MetricRow, "metrics" {
+        scrape_start_ns: i64,
+        scrape_end_ns: i64,
+        /// Family name from `# TYPE` (histogram samples share their family).
+        family: String,
+        /// Sample name as exposed (`..._bucket`, `..._sum`, `..._count` for histograms).
+        name: String,
+        /// Canonical labels: `k="v"` pairs sorted by key, comma-separated, Prometheus escaping.
+        labels: String,
+        value: f64,
+        metric_type: MetricType,
+    }
+);
+
+table!(
+    /// The `events` table: lifecycle marks of the cell.
+    Events,
+    /// One mark.
+    EventRow, "events" {
+        time_ns: i64,
+        kind: EventKind,
+        request_id: Option<i64>,
+        detail: Option<String>,
+    }
+);
+
+/// The names of every table, in documentation order.
+pub const TABLE_NAMES: [&str; 4] = ["requests", "chunks", "metrics", "events"];
+
+/// Canonical label text: pairs sorted by key (then value), `k="v"` joined by commas,
+/// with Prometheus text escaping (`\\`, `\"`, `\n`) of values. No labels gives "".
+pub fn canonical_labels<K: AsRef<str>, V: AsRef<str>>(pairs: &[(K, V)]) -> String {
+    let mut sorted: Vec<(&str, &str)> = pairs.iter().map(|(k, v)| (k.as_ref(), v.as_ref())).collect();
+    sorted.sort_unstable();
+    let mut out = String::new();
+    for (i, (k, v)) in sorted.into_iter().enumerate() {
+        if i > 0 {
+            out.push(',');
+        }
+        out.push_str(k);
+        out.push_str("=\"");
+        for c in v.chars() {
+            match c {
+                '\\' => out.push_str("\\\\"),
+                '"' => out.push_str("\\\""),
+                '\n' => out.push_str("\\n"),
+                c => out.push(c),
+            }
+        }
+        out.push('"');
+    }
+    out
+}

@@ -1,0 +1,298 @@
+//! Streaming Parquet writers: `TableWriter` turns rows into bounded record batches and
+//! bounded row groups (zstd, dictionary-encoded strings, delta-encoded times), and
+//! `CellWriter` builds a whole cell in a staging folder and commits it atomically.
+
+use std::fs::File;
+use std::marker::PhantomData;
+use std::path::{Path, PathBuf};
+
+use arrow_array::RecordBatch;
+use arrow_schema::SchemaRef;
+use parquet::arrow::ArrowWriter;
+use parquet::basic::{Compression, Encoding, ZstdLevel};
+use parquet::file::metadata::KeyValue;
+use parquet::file::properties::WriterProperties;
+use parquet::schema::types::ColumnPath;
+
+use crate::error::{Error, Result};
+use crate::layout::{CELL_FILE, CellKey, RAW_FILE, STAGING_DIR, table_file};
+use crate::manifest::{CellMeta, FileStat, write_json};
+use crate::raw::RawWriter;
+use crate::table::Table;
+use crate::tables::{ChunkRow, Chunks, EventRow, Events, MetricRow, Metrics, RequestRow, Requests};
+use crate::{CREATED_BY, SCHEMA_VERSION, SCHEMA_VERSION_KEY, TABLE_KEY, fsutil};
+
+/// Rows buffered before they become one record batch.
+pub const DEFAULT_BATCH_ROWS: usize = 8 * 1024;
+/// Most rows in one row group.
+pub const DEFAULT_MAX_ROW_GROUP_ROWS: usize = 128 * 1024;
+/// A row group is flushed once its encoded, buffered size passes this many bytes.
+pub const DEFAULT_MAX_ROW_GROUP_BYTES: usize = 32 * 1024 * 1024;
+/// zstd level for the tables (3: zstd's default, a good size/speed point for traces).
+pub const DEFAULT_ZSTD_LEVEL: i32 = 3;
+
+/// Limits that bound a writer's memory.
+#[derive(Debug, Clone, Copy)]
+pub struct WriterLimits {
+    pub batch_rows: usize,
+    pub max_row_group_rows: usize,
+    pub max_row_group_bytes: usize,
+}
+
+impl Default for WriterLimits {
+    fn default() -> Self {
+        WriterLimits {
+            batch_rows: DEFAULT_BATCH_ROWS,
+            max_row_group_rows: DEFAULT_MAX_ROW_GROUP_ROWS,
+            max_row_group_bytes: DEFAULT_MAX_ROW_GROUP_BYTES,
+        }
+    }
+}
+
+/// The Parquet writer properties of a table: stamped, zstd, and per-column encodings.
+pub fn writer_properties<T: Table>(limits: &WriterLimits) -> WriterProperties {
+    let zstd = ZstdLevel::try_new(DEFAULT_ZSTD_LEVEL).unwrap_or_default();
+    let mut b = WriterProperties::builder()
+        .set_created_by(CREATED_BY.to_string())
+        .set_key_value_metadata(Some(vec![
+            KeyValue::new(SCHEMA_VERSION_KEY.to_string(), SCHEMA_VERSION.to_string()),
+            KeyValue::new(TABLE_KEY.to_string(), T::NAME.to_string()),
+        ]))
+        .set_compression(Compression::ZSTD(zstd))
+        .set_dictionary_enabled(true)
+        .set_max_row_group_row_count(Some(limits.max_row_group_rows));
+    for field in T::fields() {
+        let name = field.name();
+        // Times and positions grow steadily: delta encoding stores the small steps.
+        if name.ends_with("_ns") || name == "seq" {
+            let col = ColumnPath::from(name.as_str());
+            b = b
+                .set_column_dictionary_enabled(col.clone(), false)
+                .set_column_encoding(col, Encoding::DELTA_BINARY_PACKED);
+        }
+    }
+    b.build()
+}
+
+/// Streams rows of one table into a Parquet file with bounded memory.
+#[derive(Debug)]
+pub struct TableWriter<T: Table> {
+    path: PathBuf,
+    file: File,
+    writer: ArrowWriter<File>,
+    schema: SchemaRef,
+    buf: Vec<T::Row>,
+    limits: WriterLimits,
+    rows: u64,
+    _table: PhantomData<T>,
+}
+
+impl<T: Table> TableWriter<T> {
+    /// Creates (truncates) `path` with default limits.
+    pub fn create(path: &Path) -> Result<Self> {
+        Self::with_limits(path, WriterLimits::default())
+    }
+
+    /// Creates (truncates) `path` with the given limits.
+    pub fn with_limits(path: &Path, limits: WriterLimits) -> Result<Self> {
+        let file = File::create(path).map_err(|e| Error::io(path, e))?;
+        let handle = file.try_clone().map_err(|e| Error::io(path, e))?;
+        let schema = T::schema();
+        let props = writer_properties::<T>(&limits);
+        let writer = ArrowWriter::try_new(handle, schema.clone(), Some(props)).map_err(|source| {
+            Error::Corrupt {
+                path: path.to_path_buf(),
+                source,
+            }
+        })?;
+        Ok(TableWriter {
+            path: path.to_path_buf(),
+            file,
+            writer,
+            schema,
+            buf: Vec::with_capacity(limits.batch_rows.min(DEFAULT_BATCH_ROWS)),
+            limits,
+            rows: 0,
+            _table: PhantomData,
+        })
+    }
+
+    /// Adds one row; a full buffer becomes a record batch.
+    pub fn push(&mut self, row: T::Row) -> Result<()> {
+        self.buf.push(row);
+        if self.buf.len() >= self.limits.batch_rows {
+            self.flush_rows()?;
+        }
+        Ok(())
+    }
+
+    /// Writes a ready record batch; its schema must be the table's (metadata aside).
+    pub fn write_batch(&mut self, batch: &RecordBatch) -> Result<()> {
+        self.flush_rows()?;
+        self.write_checked(batch)
+    }
+
+    /// Rows accepted so far.
+    pub fn rows(&self) -> u64 {
+        self.rows + self.buf.len() as u64
+    }
+
+    fn flush_rows(&mut self) -> Result<()> {
+        if self.buf.is_empty() {
+            return Ok(());
+        }
+        let batch = T::to_batch(&self.buf).map_err(|source| Error::Batch {
+            path: self.path.clone(),
+            table: T::NAME,
+            source,
+        })?;
+        self.buf.clear();
+        self.write_checked(&batch)
+    }
+
+    fn write_checked(&mut self, batch: &RecordBatch) -> Result<()> {
+        if batch.schema().fields() != self.schema.fields() {
+            return Err(Error::SchemaMismatch {
+                path: self.path.clone(),
+                table: T::NAME,
+                expected: crate::reader::describe_fields(self.schema.fields()),
+                found: crate::reader::describe_fields(batch.schema().fields()),
+            });
+        }
+        let corrupt = |source| Error::Corrupt {
+            path: self.path.clone(),
+            source,
+        };
+        self.writer.write(batch).map_err(corrupt)?;
+        self.rows += batch.num_rows() as u64;
+        if self.writer.in_progress_size() >= self.limits.max_row_group_bytes {
+            self.writer.flush().map_err(|source| Error::Corrupt {
+                path: self.path.clone(),
+                source,
+            })?;
+        }
+        Ok(())
+    }
+
+    /// Writes the footer and fsyncs the file.
+    pub fn finish(mut self) -> Result<FileStat> {
+        self.flush_rows()?;
+        let path = self.path.clone();
+        self.writer.close().map_err(|source| Error::Corrupt {
+            path: path.clone(),
+            source,
+        })?;
+        self.file.sync_all().map_err(|e| Error::io(&path, e))?;
+        let bytes = self.file.metadata().map_err(|e| Error::io(&path, e))?.len();
+        Ok(FileStat {
+            rows: self.rows,
+            bytes,
+        })
+    }
+}
+
+/// Builds one cell in `RUN/.staging/...` and commits it to `RUN/cells/...` atomically:
+/// every file is synced, `cell.json` (complete: true) is written last, and the whole
+/// folder is renamed into place. An interrupted cell never appears under `cells/`.
+#[derive(Debug)]
+pub struct CellWriter {
+    key: CellKey,
+    staging: PathBuf,
+    target: PathBuf,
+    pub requests: TableWriter<Requests>,
+    pub chunks: TableWriter<Chunks>,
+    pub metrics: TableWriter<Metrics>,
+    pub events: TableWriter<Events>,
+    pub raw: RawWriter,
+}
+
+impl CellWriter {
+    /// Starts a cell; a stale staging folder of the same cell (from a crash) is removed.
+    pub fn create(run: &Path, key: CellKey) -> Result<Self> {
+        Self::with_limits(run, key, WriterLimits::default())
+    }
+
+    /// Starts a cell with the given writer limits.
+    pub fn with_limits(run: &Path, key: CellKey, limits: WriterLimits) -> Result<Self> {
+        let target = key.dir(run);
+        if target.exists() {
+            return Err(Error::CellExists { path: target });
+        }
+        let staging = run.join(STAGING_DIR).join(key.partition_path());
+        if staging.exists() {
+            std::fs::remove_dir_all(&staging).map_err(|e| Error::io(&staging, e))?;
+        }
+        std::fs::create_dir_all(&staging).map_err(|e| Error::io(&staging, e))?;
+        Ok(CellWriter {
+            key,
+            requests: TableWriter::with_limits(&staging.join(table_file::<Requests>()), limits)?,
+            chunks: TableWriter::with_limits(&staging.join(table_file::<Chunks>()), limits)?,
+            metrics: TableWriter::with_limits(&staging.join(table_file::<Metrics>()), limits)?,
+            events: TableWriter::with_limits(&staging.join(table_file::<Events>()), limits)?,
+            raw: RawWriter::create(&staging.join(RAW_FILE))?,
+            staging,
+            target,
+        })
+    }
+
+    pub fn key(&self) -> CellKey {
+        self.key
+    }
+
+    pub fn push_request(&mut self, row: RequestRow) -> Result<()> {
+        self.requests.push(row)
+    }
+
+    pub fn push_chunk(&mut self, row: ChunkRow) -> Result<()> {
+        self.chunks.push(row)
+    }
+
+    pub fn push_metric(&mut self, row: MetricRow) -> Result<()> {
+        self.metrics.push(row)
+    }
+
+    pub fn push_event(&mut self, row: EventRow) -> Result<()> {
+        self.events.push(row)
+    }
+
+    /// Finishes every file, writes the commit mark and renames the cell into place.
+    pub fn commit(self) -> Result<CellMeta> {
+        let CellWriter {
+            key,
+            staging,
+            target,
+            requests,
+            chunks,
+            metrics,
+            events,
+            raw,
+        } = self;
+        let mut files = std::collections::BTreeMap::new();
+        files.insert(table_file::<Requests>(), requests.finish()?);
+        files.insert(table_file::<Chunks>(), chunks.finish()?);
+        files.insert(table_file::<Metrics>(), metrics.finish()?);
+        files.insert(table_file::<Events>(), events.finish()?);
+        files.insert(RAW_FILE.to_string(), raw.finish()?);
+        let meta = CellMeta {
+            schema_version: SCHEMA_VERSION,
+            created_by: CREATED_BY.to_string(),
+            phase: key.phase,
+            context: key.context,
+            concurrency: key.concurrency,
+            complete: true,
+            files,
+        };
+        write_json(&staging.join(CELL_FILE), &meta)?;
+        fsutil::sync_dir(&staging)?;
+        let parent = target.parent().ok_or_else(|| Error::BadCellPath {
+            path: target.clone(),
+        })?;
+        std::fs::create_dir_all(parent).map_err(|e| Error::io(parent, e))?;
+        if target.exists() {
+            return Err(Error::CellExists { path: target });
+        }
+        std::fs::rename(&staging, &target).map_err(|e| Error::io(&target, e))?;
+        fsutil::sync_dir(parent)?;
+        Ok(meta)
+    }
+}

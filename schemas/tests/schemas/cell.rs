@@ -1,0 +1,111 @@
+//! A cell appears under `cells/` whole or not at all.
+
+use tokentrace_schemas::Error;
+use tokentrace_schemas::layout::{CellKey, Phase, list_cells};
+use tokentrace_schemas::manifest::CellMeta;
+use tokentrace_schemas::reader::read_table;
+use tokentrace_schemas::tables::*;
+use tokentrace_schemas::writer::CellWriter;
+
+use crate::common::*;
+
+#[test]
+fn cell_commits_atomically() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let run = dir.path();
+    let key = CellKey::new(Phase::Decode, 8192, 32);
+    let mut w = CellWriter::create(run, key).expect("create");
+    for r in chunk_rows(300) {
+        w.raw.write(r.request_id, r.arrival_ns, b"data: {}\n\n").expect("raw");
+        w.push_chunk(r).expect("chunk");
+    }
+    for r in request_rows(30) {
+        w.push_request(r).expect("request");
+    }
+    assert!(!key.dir(run).exists(), "nothing under cells/ before the commit");
+    let meta = w.commit().expect("commit");
+    let cell = key.dir(run);
+    assert_eq!(
+        cell,
+        run.join("cells/phase=decode/context=8192/concurrency=32"),
+        "Hive layout"
+    );
+    assert!(meta.complete);
+    assert_eq!(meta.files["chunks.parquet"].rows, 300);
+    assert_eq!(meta.files["raw.sse.zst"].rows, 300);
+    assert_eq!(meta.files["metrics.parquet"].rows, 0);
+    for (name, stat) in &meta.files {
+        assert_eq!(std::fs::metadata(cell.join(name)).expect(name).len(), stat.bytes, "{name}");
+    }
+    assert_eq!(CellMeta::read_complete(&cell).expect("cell.json"), meta);
+    assert_eq!(read_table::<Chunks>(&cell.join("chunks.parquet")).expect("chunks"), chunk_rows(300));
+    assert!(!run.join(".staging/phase=decode/context=8192/concurrency=32").exists());
+    assert_eq!(list_cells(run).expect("list"), vec![(key, cell)]);
+    let err = CellWriter::create(run, key).expect_err("exists");
+    assert!(matches!(err, Error::CellExists { .. }), "{err:?}");
+}
+
+#[test]
+fn abandoned_cell_leaves_no_trace_in_cells() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let run = dir.path();
+    let key = CellKey::new(Phase::Prefill, 1024, 1);
+    let mut w = CellWriter::create(run, key).expect("create");
+    w.push_event(event_rows(1).remove(0)).expect("event");
+    drop(w); // a crash, as far as the files are concerned
+    assert!(!key.dir(run).exists());
+    assert!(run.join(".staging/phase=prefill/context=1024/concurrency=1").exists());
+    // Recording the cell again clears the stale staging folder and commits.
+    let w = CellWriter::create(run, key).expect("again");
+    let meta = w.commit().expect("commit");
+    assert_eq!(meta.files["events.parquet"].rows, 0);
+    assert!(key.dir(run).join("cell.json").exists());
+}
+
+#[test]
+fn incomplete_cell_is_reported() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let cell = dir.path().join("cells/phase=decode/context=1/concurrency=1");
+    std::fs::create_dir_all(&cell).expect("mkdir");
+    let err = CellMeta::read_complete(&cell).expect_err("no mark");
+    assert!(matches!(err, Error::Missing { .. }), "{err:?}");
+    let key = CellKey::new(Phase::Decode, 1, 1);
+    let mut meta = tokentrace_schemas::synth::manifest("r", &[key]);
+    meta.cells.clear();
+    let mark = CellMeta {
+        schema_version: 1,
+        created_by: "tokentrace test".to_string(),
+        phase: Phase::Decode,
+        context: 1,
+        concurrency: 1,
+        complete: false,
+        files: Default::default(),
+    };
+    tokentrace_schemas::manifest::write_json(&cell.join("cell.json"), &mark).expect("write");
+    let err = CellMeta::read_complete(&cell).expect_err("not complete");
+    assert!(matches!(err, Error::Incomplete { .. }), "{err:?}");
+}
+
+#[test]
+fn cell_paths_parse() {
+    let key = CellKey::new(Phase::Decode, 131072, 128);
+    assert_eq!(CellKey::from_path(&key.rel_dir()).expect("parse"), key);
+    for bad in [
+        "cells/phase=decode/context=8K/concurrency=1",
+        "cells/phase=train/context=1/concurrency=1",
+        "cells/context=1/concurrency=1",
+        "concurrency=1",
+    ] {
+        let err = CellKey::from_path(std::path::Path::new(bad)).expect_err(bad);
+        assert!(matches!(err, Error::BadCellPath { .. }), "{err:?}");
+    }
+}
+
+#[test]
+fn labels_are_canonical() {
+    assert_eq!(canonical_labels::<&str, &str>(&[]), "");
+    assert_eq!(
+        canonical_labels(&[("model_name", "a\"b\\c\nd"), ("engine", "0")]),
+        "engine=\"0\",model_name=\"a\\\"b\\\\c\\nd\""
+    );
+}

@@ -1,0 +1,11 @@
+//! Integration tests of the trace format, one binary:
+//! - `roundtrip`: every table, the raw capture and the JSON files read back equal;
+//! - `errors`: missing, truncated, corrupt, foreign, newer and mismatched files give named errors;
+//! - `cell`: atomic cell commit and the run layout;
+//! - `doc`: FORMAT.md and the code list the same columns, types and values.
+
+mod common;
+mod cell;
+mod doc;
+mod errors;
+mod roundtrip;
