@@ -1,0 +1,146 @@
+//! A run folder opened for analysis: the manifest (version-checked), the state of every
+//! cell folder (complete, or incomplete with the reason), and lazy polars scans of a
+//! table across all complete cells with the Hive columns `phase`, `context`, `concurrency`.
+
+use std::path::{Path, PathBuf};
+
+use polars::prelude::*;
+use tokentrace_schemas::layout::{CELLS_DIR, list_cells};
+use tokentrace_schemas::manifest::{CellMeta, Manifest};
+use tokentrace_schemas::reader::open_table;
+use tokentrace_schemas::tables::{Chunks, Events, Metrics, Requests, TABLE_NAMES};
+use tokentrace_schemas::{CellKey, Table};
+
+use crate::error::{Error, Result};
+
+/// One cell folder of the run and whether it can be scored.
+#[derive(Debug, Clone)]
+pub enum CellState {
+    /// Committed, its commit mark and every table's stamp and schema checked.
+    Complete { key: CellKey, dir: PathBuf, meta: CellMeta },
+    /// Present but not scorable; `reason` says why (no commit mark, a bad file, ...).
+    Incomplete { key: CellKey, dir: PathBuf, reason: String },
+}
+
+impl CellState {
+    pub fn key(&self) -> CellKey {
+        match self {
+            CellState::Complete { key, .. } | CellState::Incomplete { key, .. } => *key,
+        }
+    }
+}
+
+/// A run folder, opened.
+#[derive(Debug, Clone)]
+pub struct Run {
+    pub dir: PathBuf,
+    pub manifest: Manifest,
+    /// Every cell folder under `cells/`, sorted by key.
+    pub cells: Vec<CellState>,
+}
+
+fn check_cell(dir: &Path) -> tokentrace_schemas::Result<CellMeta> {
+    let meta = CellMeta::read_complete(dir)?;
+    // Opening reads only the footer: version, table and columns are checked, no data.
+    open_table::<Requests>(&dir.join("requests.parquet"))?;
+    open_table::<Chunks>(&dir.join("chunks.parquet"))?;
+    open_table::<Metrics>(&dir.join("metrics.parquet"))?;
+    open_table::<Events>(&dir.join("events.parquet"))?;
+    Ok(meta)
+}
+
+impl Run {
+    /// Opens `dir`: reads the manifest and checks every cell folder. A bad cell does not
+    /// fail the run; it is listed as incomplete with the error that explains it.
+    pub fn open(dir: &Path) -> Result<Run> {
+        let manifest = Manifest::read(dir)?;
+        let cells = list_cells(dir)?
+            .into_iter()
+            .map(|(key, cell_dir)| match check_cell(&cell_dir) {
+                Ok(meta) => CellState::Complete {
+                    key,
+                    dir: cell_dir,
+                    meta,
+                },
+                Err(e) => CellState::Incomplete {
+                    key,
+                    dir: cell_dir,
+                    reason: e.to_string(),
+                },
+            })
+            .collect();
+        Ok(Run {
+            dir: dir.to_path_buf(),
+            manifest,
+            cells,
+        })
+    }
+
+    /// Cells that can be scored.
+    pub fn complete_cells(&self) -> impl Iterator<Item = (&CellKey, &Path)> {
+        self.cells.iter().filter_map(|c| match c {
+            CellState::Complete { key, dir, .. } => Some((key, dir.as_path())),
+            CellState::Incomplete { .. } => None,
+        })
+    }
+
+    /// A lazy scan of `table` over every complete cell, with the Hive partition columns
+    /// `phase` (string), `context` and `concurrency` (int64) appended. `None` when no
+    /// cell is complete.
+    pub fn scan(&self, table: &str) -> Result<Option<LazyFrame>> {
+        if !TABLE_NAMES.contains(&table) {
+            return Err(Error::UnknownTable(table.to_string()));
+        }
+        let cells_dir = self.dir.join(CELLS_DIR);
+        let prefix = format!("{}/", cells_dir.display());
+        let paths: Vec<PlRefPath> = self
+            .complete_cells()
+            .map(|(key, _)| {
+                PlRefPath::new(format!(
+                    "{prefix}{}/{table}.parquet",
+                    key.partition_path().display()
+                ))
+            })
+            .collect();
+        if paths.is_empty() {
+            return Ok(None);
+        }
+        let hive_schema = Schema::from_iter([
+            Field::new("phase".into(), DataType::String),
+            Field::new("context".into(), DataType::Int64),
+            Field::new("concurrency".into(), DataType::Int64),
+        ]);
+        let args = ScanArgsParquet {
+            hive_options: HiveOptions {
+                enabled: Some(true),
+                hive_start_idx: prefix.len(),
+                schema: Some(Arc::new(hive_schema)),
+                try_parse_dates: false,
+            },
+            glob: false,
+            ..Default::default()
+        };
+        LazyFrame::scan_parquet_files(paths.into(), args)
+            .map(Some)
+            .map_err(|source| Error::Polars {
+                path: cells_dir,
+                source,
+            })
+    }
+
+    /// Collects a scan (see [`Run::scan`]) into a data frame.
+    pub fn collect(&self, table: &str) -> Result<Option<DataFrame>> {
+        let Some(lf) = self.scan(table)? else {
+            return Ok(None);
+        };
+        lf.collect().map(Some).map_err(|source| Error::Polars {
+            path: self.dir.join(CELLS_DIR),
+            source,
+        })
+    }
+}
+
+/// The table names the analyzer can scan, for help texts.
+pub fn table_names() -> [&'static str; 4] {
+    [Requests::NAME, Chunks::NAME, Metrics::NAME, Events::NAME]
+}
