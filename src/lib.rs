@@ -1,1 +1,31 @@
-//! wip
+//! The `tokentrace` command line: subcommands over run folders. Everything here is
+//! library code so tests call [`run`] in-process with `Cli::parse_from`.
+
+pub mod check;
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+/// tokentrace: record LLM-serving speed-test matrices to Parquet, analyze them offline.
+#[derive(Debug, Parser)]
+#[command(name = "tokentrace", version, about)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// What to do.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Verify a run folder: manifest, every cell's commit mark, every row of every table
+    /// and every raw frame. Exits 1 when any cell is incomplete or damaged.
+    Check(check::CheckArgs),
+}
+
+/// Runs a parsed command line; the exit code says whether the run folder is sound.
+pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
+    match cli.command {
+        Command::Check(args) => Ok(check::run(&args, &mut std::io::stdout().lock())?.exit_code()),
+    }
+}

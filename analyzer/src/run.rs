@@ -17,9 +17,17 @@ use crate::error::{Error, Result};
 #[derive(Debug, Clone)]
 pub enum CellState {
     /// Committed, its commit mark and every table's stamp and schema checked.
-    Complete { key: CellKey, dir: PathBuf, meta: CellMeta },
+    Complete {
+        key: CellKey,
+        dir: PathBuf,
+        meta: CellMeta,
+    },
     /// Present but not scorable; `reason` says why (no commit mark, a bad file, ...).
-    Incomplete { key: CellKey, dir: PathBuf, reason: String },
+    Incomplete {
+        key: CellKey,
+        dir: PathBuf,
+        reason: String,
+    },
 }
 
 impl CellState {

@@ -1,1 +1,5 @@
-//! wip
+//! tokentrace recorder: drives an inference server through the context × concurrency
+//! matrix and writes every chunk, request, metric sample and raw byte to a run folder.
+//! Its dependency tree stops at `tokentrace-schemas` (no polars): it is what the GPU box builds.
+
+pub use tokentrace_schemas as schemas;

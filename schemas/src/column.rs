@@ -29,10 +29,13 @@ pub trait Column: Sized {
 }
 
 fn downcast<'a, A: 'static>(array: &'a dyn Array, ty: &str) -> Result<&'a A, ValueError> {
-    array.as_any().downcast_ref::<A>().ok_or_else(|| ValueError {
-        row: 0,
-        message: format!("expected a {ty} array, found {}", array.data_type()),
-    })
+    array
+        .as_any()
+        .downcast_ref::<A>()
+        .ok_or_else(|| ValueError {
+            row: 0,
+            message: format!("expected a {ty} array, found {}", array.data_type()),
+        })
 }
 
 fn null_at(row: usize) -> ValueError {
@@ -53,7 +56,13 @@ macro_rules! primitive_column {
             fn from_array(array: &dyn Array) -> Result<Vec<Self>, ValueError> {
                 let a = downcast::<$arr>(array, stringify!($t))?;
                 (0..a.len())
-                    .map(|i| if a.is_null(i) { Err(null_at(i)) } else { Ok(a.value(i)) })
+                    .map(|i| {
+                        if a.is_null(i) {
+                            Err(null_at(i))
+                        } else {
+                            Ok(a.value(i))
+                        }
+                    })
                     .collect()
             }
         }
@@ -219,7 +228,10 @@ pub fn enum_from_array<E: StrEnum>(array: &dyn Array) -> Result<Vec<Option<E>>, 
             None => Ok(None),
             Some(s) => E::parse(s).map(Some).ok_or_else(|| ValueError {
                 row,
-                message: format!("unknown value `{s}` (expected one of: {})", enum_values::<E>()),
+                message: format!(
+                    "unknown value `{s}` (expected one of: {})",
+                    enum_values::<E>()
+                ),
             }),
         })
         .collect()

@@ -46,7 +46,9 @@ pub enum Error {
         supported: u32,
     },
     /// The file's columns are not the table's columns of this schema version.
-    #[error("{path}: schema mismatch for table `{table}`\n  expected: {expected}\n  found:    {found}")]
+    #[error(
+        "{path}: schema mismatch for table `{table}`\n  expected: {expected}\n  found:    {found}"
+    )]
     SchemaMismatch {
         path: PathBuf,
         table: &'static str,
@@ -82,7 +84,9 @@ pub enum Error {
     #[error("{path}: cell is incomplete ({reason})")]
     Incomplete { path: PathBuf, reason: String },
     /// A path inside `cells/` that is not a Hive cell path of this format.
-    #[error("{path}: not a cell path (expected phase=<prefill|decode>/context=<n>/concurrency=<n>)")]
+    #[error(
+        "{path}: not a cell path (expected phase=<prefill|decode>/context=<n>/concurrency=<n>)"
+    )]
     BadCellPath { path: PathBuf },
     /// Building a record batch failed (a bug in the caller's rows or in this crate).
     #[error("{path}: cannot build a batch for `{table}`: {source}")]

@@ -12,6 +12,7 @@ pub mod reader;
 pub mod synth;
 pub mod table;
 pub mod tables;
+pub mod verify;
 pub mod writer;
 
 pub use error::{Error, Result};

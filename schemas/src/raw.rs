@@ -81,7 +81,9 @@ impl RawWriter {
     pub fn finish(self) -> Result<FileStat> {
         let path = self.path;
         let buf = self.enc.finish().map_err(|e| Error::io(&path, e))?;
-        let file = buf.into_inner().map_err(|e| Error::io(&path, e.into_error()))?;
+        let file = buf
+            .into_inner()
+            .map_err(|e| Error::io(&path, e.into_error()))?;
         file.sync_all().map_err(|e| Error::io(&path, e))?;
         let bytes = file.metadata().map_err(|e| Error::io(&path, e))?.len();
         Ok(FileStat {
@@ -203,7 +205,10 @@ impl RawReader {
         b4.copy_from_slice(&header[16..]);
         let len = u32::from_le_bytes(b4) as usize;
         if len > MAX_FRAME_BYTES {
-            return Err(self.format_error(self.offset, &format!("frame length {len} exceeds the limit")));
+            return Err(self.format_error(
+                self.offset,
+                &format!("frame length {len} exceeds the limit"),
+            ));
         }
         self.offset += FRAME_HEADER_BYTES as u64;
         let mut bytes = vec![0u8; len];

@@ -86,7 +86,10 @@ pub fn open_table<T: Table>(path: &Path) -> Result<TableReader<T>> {
     })
 }
 
-fn check_stamp<T: Table>(path: &Path, builder: &ParquetRecordBatchReaderBuilder<File>) -> Result<FileStamp> {
+fn check_stamp<T: Table>(
+    path: &Path,
+    builder: &ParquetRecordBatchReaderBuilder<File>,
+) -> Result<FileStamp> {
     let meta = builder.metadata().file_metadata();
     let kv = meta.key_value_metadata();
     let get = |key: &str| {

@@ -181,14 +181,20 @@ fn gen_request(
         }
         done += n;
         let cum = i32::try_from(done).unwrap_or(i32::MAX);
-        let event = sse_event(id, 1_796_000_000 + t / 1_000_000_000, reasoning, &text, (prompt, cum));
+        let event = sse_event(
+            id,
+            1_796_000_000 + t / 1_000_000_000,
+            reasoning,
+            &text,
+            (prompt, cum),
+        );
         first_token.get_or_insert(t);
         last_token = Some(t);
         let row = ChunkRow {
             request_id: id,
             seq,
             arrival_ns: t,
-            queued_ns: Some(t + 20_000 + rng.below(60_000) as i64),
+            queue_delay_ns: Some(2_000 + rng.below(10_000) as i64),
             bytes: i32::try_from(event.len()).unwrap_or(i32::MAX),
             kind: ChunkKind::Data,
             tokens: Some(i32::try_from(n).unwrap_or(i32::MAX)),
@@ -212,7 +218,7 @@ fn gen_request(
                 request_id: id,
                 seq,
                 arrival_ns: end,
-                queued_ns: Some(end + 15_000),
+                queue_delay_ns: Some(3_000),
                 bytes: i32::try_from(event.len()).unwrap_or(0),
                 kind: ChunkKind::Done,
                 tokens: None,
@@ -310,7 +316,8 @@ pub fn write_decode_cell(run: &Path, spec: &DecodeSpec) -> Result<CellMeta> {
     }
     chunks.sort_by_key(|(c, _)| (c.arrival_ns, c.request_id, c.seq));
     for (row, event) in chunks {
-        w.raw.write(row.request_id, row.arrival_ns, event.as_bytes())?;
+        w.raw
+            .write(row.request_id, row.arrival_ns, event.as_bytes())?;
         w.push_chunk(row)?;
     }
     write_scrapes(&mut w, spec, end_ns)?;
@@ -336,10 +343,34 @@ fn write_scrapes(w: &mut CellWriter, spec: &DecodeSpec, end_ns: i64) -> Result<(
                 metric_type: ty,
             })
         };
-        push("vllm:num_requests_running", "vllm:num_requests_running", &labels, n, MetricType::Gauge)?;
-        push("vllm:num_requests_waiting", "vllm:num_requests_waiting", &labels, 0.0, MetricType::Gauge)?;
-        push("vllm:kv_cache_usage_perc", "vllm:kv_cache_usage_perc", &labels, 0.3, MetricType::Gauge)?;
-        push("vllm:generation_tokens", "vllm:generation_tokens_total", &labels, generated.floor(), MetricType::Counter)?;
+        push(
+            "vllm:num_requests_running",
+            "vllm:num_requests_running",
+            &labels,
+            n,
+            MetricType::Gauge,
+        )?;
+        push(
+            "vllm:num_requests_waiting",
+            "vllm:num_requests_waiting",
+            &labels,
+            0.0,
+            MetricType::Gauge,
+        )?;
+        push(
+            "vllm:kv_cache_usage_perc",
+            "vllm:kv_cache_usage_perc",
+            &labels,
+            0.3,
+            MetricType::Gauge,
+        )?;
+        push(
+            "vllm:generation_tokens",
+            "vllm:generation_tokens_total",
+            &labels,
+            generated.floor(),
+            MetricType::Counter,
+        )?;
         for le in ["0.001", "0.005", "0.01", "0.02", "0.05", "0.1", "+Inf"] {
             let l = canonical_labels(&[("engine", "0"), ("le", le), ("model_name", "deepseek")]);
             push(
@@ -422,7 +453,12 @@ pub fn manifest(run_id: &str, cells: &[CellKey]) -> Manifest {
 }
 
 /// Writes a synthetic run: the decode cells of `keys`, `tokens_per_cell` tokens each.
-pub fn write_run(run: &Path, run_id: &str, keys: &[CellKey], tokens_per_cell: u64) -> Result<Manifest> {
+pub fn write_run(
+    run: &Path,
+    run_id: &str,
+    keys: &[CellKey],
+    tokens_per_cell: u64,
+) -> Result<Manifest> {
     std::fs::create_dir_all(run).map_err(|e| crate::Error::io(run, e))?;
     for key in keys {
         write_decode_cell(run, &DecodeSpec::new(*key, tokens_per_cell))?;

@@ -31,17 +31,22 @@ pub trait Table {
     fn column_names() -> Vec<String> {
         Self::fields().iter().map(|f| f.name().clone()).collect()
     }
+    /// Puts a block of rows in storage order before it becomes a batch (default: as given).
+    /// Tables may group rows (e.g. by request) so that columns compress better; readers
+    /// must not rely on row order beyond what FORMAT.md states.
+    fn sort_block(_rows: &mut [Self::Row]) {}
     /// Builds one record batch from rows.
     fn to_batch(rows: &[Self::Row]) -> Result<RecordBatch, ArrowError>;
     /// Reads the rows of a batch whose schema was checked to be [`Table::schema`].
     fn from_batch(batch: &RecordBatch) -> Result<Vec<Self::Row>, ColumnError>;
 }
 
-/// Defines a table: `table!(Marker, Row, "name" { /// doc \n column: Type, ... })`.
+/// Defines a table: `table!(Marker, Row, "name" [, order = fn] { /// doc \n column: Type, ... })`;
+/// `order` is a comparison that [`Table::sort_block`] applies to each block of rows.
 macro_rules! table {
     (
         $(#[$tmeta:meta])*
-        $table:ident, $(#[$rmeta:meta])* $row:ident, $name:literal {
+        $table:ident, $(#[$rmeta:meta])* $row:ident, $name:literal $(, order = $order:path)? {
             $( $(#[doc = $doc:literal])* $field:ident : $ty:ty ),+ $(,)?
         }
     ) => {
@@ -56,6 +61,8 @@ macro_rules! table {
         impl $crate::table::Table for $table {
             type Row = $row;
             const NAME: &'static str = $name;
+
+            $( fn sort_block(rows: &mut [$row]) { rows.sort_by($order); } )?
 
             fn fields() -> Vec<::arrow_schema::Field> {
                 vec![$(::arrow_schema::Field::new(

@@ -31,6 +31,9 @@ pub const DEFAULT_MAX_ROW_GROUP_BYTES: usize = 32 * 1024 * 1024;
 /// zstd level for the tables (3: zstd's default, a good size/speed point for traces).
 pub const DEFAULT_ZSTD_LEVEL: i32 = 3;
 
+/// Columns of free text (stream deltas, error messages, details).
+const TEXT_COLUMNS: [&str; 4] = ["content", "reasoning", "error", "detail"];
+
 /// Limits that bound a writer's memory.
 #[derive(Debug, Clone, Copy)]
 pub struct WriterLimits {
@@ -63,12 +66,17 @@ pub fn writer_properties<T: Table>(limits: &WriterLimits) -> WriterProperties {
         .set_max_row_group_row_count(Some(limits.max_row_group_rows));
     for field in T::fields() {
         let name = field.name();
+        let col = ColumnPath::from(name.as_str());
         // Times and positions grow steadily: delta encoding stores the small steps.
-        if name.ends_with("_ns") || name == "seq" {
-            let col = ColumnPath::from(name.as_str());
+        if name.ends_with("_ns") || name == "seq" || name == "completion_tokens" {
             b = b
                 .set_column_dictionary_enabled(col.clone(), false)
                 .set_column_encoding(col, Encoding::DELTA_BINARY_PACKED);
+        } else if TEXT_COLUMNS.contains(&name.as_str()) {
+            // Free text rarely repeats whole: lengths delta-packed, bytes back to back for zstd.
+            b = b
+                .set_column_dictionary_enabled(col.clone(), false)
+                .set_column_encoding(col, Encoding::DELTA_LENGTH_BYTE_ARRAY);
         }
     }
     b.build()
@@ -99,12 +107,13 @@ impl<T: Table> TableWriter<T> {
         let handle = file.try_clone().map_err(|e| Error::io(path, e))?;
         let schema = T::schema();
         let props = writer_properties::<T>(&limits);
-        let writer = ArrowWriter::try_new(handle, schema.clone(), Some(props)).map_err(|source| {
-            Error::Corrupt {
-                path: path.to_path_buf(),
-                source,
-            }
-        })?;
+        let writer =
+            ArrowWriter::try_new(handle, schema.clone(), Some(props)).map_err(|source| {
+                Error::Corrupt {
+                    path: path.to_path_buf(),
+                    source,
+                }
+            })?;
         Ok(TableWriter {
             path: path.to_path_buf(),
             file,
@@ -141,6 +150,7 @@ impl<T: Table> TableWriter<T> {
         if self.buf.is_empty() {
             return Ok(());
         }
+        T::sort_block(&mut self.buf);
         let batch = T::to_batch(&self.buf).map_err(|source| Error::Batch {
             path: self.path.clone(),
             table: T::NAME,

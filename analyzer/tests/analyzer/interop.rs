@@ -31,7 +31,10 @@ fn polars_reads_every_table_with_hive_columns() {
     assert_eq!(run.complete_cells().count(), 3);
 
     for (table, per_cell) in [
-        ("requests", count::<Requests> as fn(&std::path::Path, &CellKey) -> usize),
+        (
+            "requests",
+            count::<Requests> as fn(&std::path::Path, &CellKey) -> usize,
+        ),
         ("chunks", count::<Chunks>),
         ("metrics", count::<Metrics>),
         ("events", count::<Events>),
@@ -52,15 +55,37 @@ fn polars_reads_every_table_with_hive_columns() {
             .sort(["context", "concurrency"], Default::default())
             .collect()
             .expect("group");
-        let contexts: Vec<i64> = per.column("context").expect("c").i64().expect("i64").iter().flatten().collect();
-        let concs: Vec<i64> = per.column("concurrency").expect("n").i64().expect("i64").iter().flatten().collect();
-        let ns: Vec<u32> = per.column("n").expect("n").u32().expect("u32").iter().flatten().collect();
+        let contexts: Vec<i64> = per
+            .column("context")
+            .expect("c")
+            .i64()
+            .expect("i64")
+            .iter()
+            .flatten()
+            .collect();
+        let concs: Vec<i64> = per
+            .column("concurrency")
+            .expect("n")
+            .i64()
+            .expect("i64")
+            .iter()
+            .flatten()
+            .collect();
+        let ns: Vec<u32> = per
+            .column("n")
+            .expect("n")
+            .u32()
+            .expect("u32")
+            .iter()
+            .flatten()
+            .collect();
         let phases: Vec<String> = per
             .column("phase")
             .expect("p")
             .str()
             .expect("str")
-            .iter().flatten()
+            .iter()
+            .flatten()
             .map(str::to_string)
             .collect();
         assert_eq!(contexts, vec![1024, 1024, 4096], "{table}");
@@ -74,9 +99,23 @@ fn polars_reads_every_table_with_hive_columns() {
 
     // Values and types survive: tokens summed by polars equal the server-reported usage.
     let chunks = run.collect("chunks").expect("chunks").expect("some");
-    assert_eq!(chunks.column("arrival_ns").expect("a").dtype(), &DataType::Int64);
-    assert_eq!(chunks.column("content").expect("c").dtype(), &DataType::String);
-    let streamed: i64 = chunks.column("tokens").expect("t").i32().expect("i32").iter().flatten().map(i64::from).sum();
+    assert_eq!(
+        chunks.column("arrival_ns").expect("a").dtype(),
+        &DataType::Int64
+    );
+    assert_eq!(
+        chunks.column("content").expect("c").dtype(),
+        &DataType::String
+    );
+    let streamed: i64 = chunks
+        .column("tokens")
+        .expect("t")
+        .i32()
+        .expect("i32")
+        .iter()
+        .flatten()
+        .map(i64::from)
+        .sum();
     let requests = run.collect("requests").expect("requests").expect("some");
     let reported: i64 = requests
         .column("completion_tokens_server")
@@ -117,8 +156,14 @@ fn incomplete_cells_are_listed_not_read() {
         .collect();
     assert_eq!(states.len(), 3);
     assert!(states[0].1, "{states:?}");
-    assert!(!states[1].1 && states[1].2.contains("truncated or corrupt"), "{states:?}");
-    assert!(!states[2].1 && states[2].2.contains("cell.json"), "{states:?}");
+    assert!(
+        !states[1].1 && states[1].2.contains("truncated or corrupt"),
+        "{states:?}"
+    );
+    assert!(
+        !states[2].1 && states[2].2.contains("cell.json"),
+        "{states:?}"
+    );
     let df = run.collect("chunks").expect("collect").expect("one cell");
     assert_eq!(df.height(), count::<Chunks>(run_dir, &keys()[0]));
     assert!(matches!(run.scan("nope"), Err(Error::UnknownTable(_))));

@@ -16,13 +16,18 @@ fn cell_commits_atomically() {
     let key = CellKey::new(Phase::Decode, 8192, 32);
     let mut w = CellWriter::create(run, key).expect("create");
     for r in chunk_rows(300) {
-        w.raw.write(r.request_id, r.arrival_ns, b"data: {}\n\n").expect("raw");
+        w.raw
+            .write(r.request_id, r.arrival_ns, b"data: {}\n\n")
+            .expect("raw");
         w.push_chunk(r).expect("chunk");
     }
     for r in request_rows(30) {
         w.push_request(r).expect("request");
     }
-    assert!(!key.dir(run).exists(), "nothing under cells/ before the commit");
+    assert!(
+        !key.dir(run).exists(),
+        "nothing under cells/ before the commit"
+    );
     let meta = w.commit().expect("commit");
     let cell = key.dir(run);
     assert_eq!(
@@ -35,11 +40,21 @@ fn cell_commits_atomically() {
     assert_eq!(meta.files["raw.sse.zst"].rows, 300);
     assert_eq!(meta.files["metrics.parquet"].rows, 0);
     for (name, stat) in &meta.files {
-        assert_eq!(std::fs::metadata(cell.join(name)).expect(name).len(), stat.bytes, "{name}");
+        assert_eq!(
+            std::fs::metadata(cell.join(name)).expect(name).len(),
+            stat.bytes,
+            "{name}"
+        );
     }
     assert_eq!(CellMeta::read_complete(&cell).expect("cell.json"), meta);
-    assert_eq!(read_table::<Chunks>(&cell.join("chunks.parquet")).expect("chunks"), chunk_rows(300));
-    assert!(!run.join(".staging/phase=decode/context=8192/concurrency=32").exists());
+    assert_eq!(
+        read_table::<Chunks>(&cell.join("chunks.parquet")).expect("chunks"),
+        chunk_rows(300)
+    );
+    assert!(
+        !run.join(".staging/phase=decode/context=8192/concurrency=32")
+            .exists()
+    );
     assert_eq!(list_cells(run).expect("list"), vec![(key, cell)]);
     let err = CellWriter::create(run, key).expect_err("exists");
     assert!(matches!(err, Error::CellExists { .. }), "{err:?}");
@@ -54,7 +69,10 @@ fn abandoned_cell_leaves_no_trace_in_cells() {
     w.push_event(event_rows(1).remove(0)).expect("event");
     drop(w); // a crash, as far as the files are concerned
     assert!(!key.dir(run).exists());
-    assert!(run.join(".staging/phase=prefill/context=1024/concurrency=1").exists());
+    assert!(
+        run.join(".staging/phase=prefill/context=1024/concurrency=1")
+            .exists()
+    );
     // Recording the cell again clears the stale staging folder and commits.
     let w = CellWriter::create(run, key).expect("again");
     let meta = w.commit().expect("commit");
@@ -65,7 +83,9 @@ fn abandoned_cell_leaves_no_trace_in_cells() {
 #[test]
 fn incomplete_cell_is_reported() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let cell = dir.path().join("cells/phase=decode/context=1/concurrency=1");
+    let cell = dir
+        .path()
+        .join("cells/phase=decode/context=1/concurrency=1");
     std::fs::create_dir_all(&cell).expect("mkdir");
     let err = CellMeta::read_complete(&cell).expect_err("no mark");
     assert!(matches!(err, Error::Missing { .. }), "{err:?}");

@@ -12,7 +12,11 @@ pub fn request_rows(n: usize) -> Vec<RequestRow> {
                 request_id: 1_000 + i64v,
                 slot: (!odd).then_some(i as i32),
                 role: [Role::Scout, Role::Warmup, Role::Measured, Role::Probe][i % 4],
-                endpoint: if odd { Endpoint::Chat } else { Endpoint::Completions },
+                endpoint: if odd {
+                    Endpoint::Chat
+                } else {
+                    Endpoint::Completions
+                },
                 prompt_tokens_requested: 8192,
                 prompt_tokens_server: odd.then_some(8193),
                 cached_tokens_server: Some(8192 - 256),
@@ -38,12 +42,17 @@ pub fn request_rows(n: usize) -> Vec<RequestRow> {
 pub fn chunk_rows(n: usize) -> Vec<ChunkRow> {
     (0..n)
         .map(|i| {
-            let kind = [ChunkKind::Data, ChunkKind::Comment, ChunkKind::Error, ChunkKind::Done][i % 4];
+            let kind = [
+                ChunkKind::Data,
+                ChunkKind::Comment,
+                ChunkKind::Error,
+                ChunkKind::Done,
+            ][i % 4];
             ChunkRow {
                 request_id: (i / 10) as i64,
                 seq: (i % 10) as i32,
                 arrival_ns: 1_000_000 * i as i64 + 17,
-                queued_ns: (i % 3 != 0).then_some(1_000_000 * i as i64 + 40_000),
+                queue_delay_ns: (i % 3 != 0).then_some(4_000 + i as i64 % 1000),
                 bytes: 200 + (i % 50) as i32,
                 kind,
                 tokens: (i % 5 != 0).then_some((i % 4) as i32),
@@ -92,4 +101,3 @@ pub fn event_rows(n: usize) -> Vec<EventRow> {
         })
         .collect()
 }
-

@@ -31,9 +31,11 @@ fn documented() -> BTreeMap<String, Vec<(String, String, bool)>> {
             continue;
         }
         let name = cells[1].trim_matches('`').to_string();
-        out.entry(table.clone())
-            .or_default()
-            .push((name, cells[2].to_string(), cells[3] == "never"));
+        out.entry(table.clone()).or_default().push((
+            name,
+            cells[2].to_string(),
+            cells[3] == "never",
+        ));
     }
     out
 }
@@ -51,7 +53,13 @@ fn type_word(t: &DataType) -> &'static str {
 fn coded<T: Table>() -> Vec<(String, String, bool)> {
     T::fields()
         .iter()
-        .map(|f| (f.name().clone(), type_word(f.data_type()).to_string(), !f.is_nullable()))
+        .map(|f| {
+            (
+                f.name().clone(),
+                type_word(f.data_type()).to_string(),
+                !f.is_nullable(),
+            )
+        })
         .collect()
 }
 
@@ -73,10 +81,22 @@ fn format_md_matches_code() {
     for (table, cols) in &code {
         let d = &doc[table];
         for c in cols {
-            assert!(d.contains(c), "`{table}.{}` ({}, required={}) is in code but not in FORMAT.md", c.0, c.1, c.2);
+            assert!(
+                d.contains(c),
+                "`{table}.{}` ({}, required={}) is in code but not in FORMAT.md",
+                c.0,
+                c.1,
+                c.2
+            );
         }
         for c in d {
-            assert!(cols.contains(c), "`{table}.{}` ({}, required={}) is in FORMAT.md but not in code", c.0, c.1, c.2);
+            assert!(
+                cols.contains(c),
+                "`{table}.{}` ({}, required={}) is in FORMAT.md but not in code",
+                c.0,
+                c.1,
+                c.2
+            );
         }
         let order_doc: Vec<&String> = d.iter().map(|c| &c.0).collect();
         let order_code: Vec<&String> = cols.iter().map(|c| &c.0).collect();
@@ -101,8 +121,13 @@ fn format_md_lists_every_value() {
         all_values::<CellStatus>(),
     ];
     for v in sets.iter().flatten() {
-        assert!(FORMAT_MD.contains(&format!("`{v}`")) || FORMAT_MD.contains(&format!("={v}")) || FORMAT_MD.contains(&format!("<{v}|")) || FORMAT_MD.contains(&format!("|{v}>")),
-            "value `{v}` is not documented in FORMAT.md");
+        assert!(
+            FORMAT_MD.contains(&format!("`{v}`"))
+                || FORMAT_MD.contains(&format!("={v}"))
+                || FORMAT_MD.contains(&format!("<{v}|"))
+                || FORMAT_MD.contains(&format!("|{v}>")),
+            "value `{v}` is not documented in FORMAT.md"
+        );
     }
 }
 
@@ -111,6 +136,10 @@ fn the_doc_parser_sees_the_columns() {
     // Guards the test above against a parser that finds nothing and so passes vacuously.
     let doc = documented();
     assert_eq!(doc.len(), 4);
-    assert!(doc["chunks"].iter().any(|c| c.0 == "arrival_ns" && c.1 == "int64" && c.2));
+    assert!(
+        doc["chunks"]
+            .iter()
+            .any(|c| c.0 == "arrival_ns" && c.1 == "int64" && c.2)
+    );
     assert!(doc["chunks"].iter().any(|c| c.0 == "content" && !c.2));
 }

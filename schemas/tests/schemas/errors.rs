@@ -48,7 +48,10 @@ fn events_batch() -> RecordBatch {
 
 fn assert_names(err: &Error, path: &Path) {
     let msg = err.to_string();
-    assert!(msg.contains(&path.display().to_string()), "error does not name the file: {msg}");
+    assert!(
+        msg.contains(&path.display().to_string()),
+        "error does not name the file: {msg}"
+    );
 }
 
 #[test]
@@ -109,9 +112,23 @@ fn corrupt_file() {
 fn newer_schema_version() {
     let dir = tempfile::tempdir().expect("tempdir");
     let path = dir.path().join("events.parquet");
-    write_foreign(&path, &events_batch(), Some(vec![(SCHEMA_VERSION_KEY, "2"), (TABLE_KEY, "events")]));
+    write_foreign(
+        &path,
+        &events_batch(),
+        Some(vec![(SCHEMA_VERSION_KEY, "2"), (TABLE_KEY, "events")]),
+    );
     let err = read_table::<Events>(&path).expect_err("newer");
-    assert!(matches!(err, Error::NewerVersion { found: 2, supported: 1, .. }), "{err:?}");
+    assert!(
+        matches!(
+            err,
+            Error::NewerVersion {
+                found: 2,
+                supported: 1,
+                ..
+            }
+        ),
+        "{err:?}"
+    );
     assert_names(&err, &path);
     assert!(err.to_string().contains("upgrade"), "{err}");
 }
@@ -136,16 +153,34 @@ fn schema_mismatch() {
     let dir = tempfile::tempdir().expect("tempdir");
     let path = dir.path().join("events.parquet");
     // A column missing.
-    let schema = Arc::new(Schema::new(vec![Field::new("time_ns", DataType::Int64, false)]));
-    let batch = RecordBatch::try_new(schema, vec![Arc::new(Int64Array::from(vec![1i64])) as ArrayRef])
-        .expect("batch");
-    write_foreign(&path, &batch, Some(vec![(SCHEMA_VERSION_KEY, "1"), (TABLE_KEY, "events")]));
+    let schema = Arc::new(Schema::new(vec![Field::new(
+        "time_ns",
+        DataType::Int64,
+        false,
+    )]));
+    let batch = RecordBatch::try_new(
+        schema,
+        vec![Arc::new(Int64Array::from(vec![1i64])) as ArrayRef],
+    )
+    .expect("batch");
+    write_foreign(
+        &path,
+        &batch,
+        Some(vec![(SCHEMA_VERSION_KEY, "1"), (TABLE_KEY, "events")]),
+    );
     let err = read_table::<Events>(&path).expect_err("mismatch");
     assert!(matches!(err, Error::SchemaMismatch { .. }), "{err:?}");
     assert_names(&err, &path);
-    assert!(err.to_string().contains("kind: Utf8"), "both schemas shown: {err}");
+    assert!(
+        err.to_string().contains("kind: Utf8"),
+        "both schemas shown: {err}"
+    );
     // Another table's file under this table's name.
-    write_foreign(&path, &events_batch(), Some(vec![(SCHEMA_VERSION_KEY, "1"), (TABLE_KEY, "chunks")]));
+    write_foreign(
+        &path,
+        &events_batch(),
+        Some(vec![(SCHEMA_VERSION_KEY, "1"), (TABLE_KEY, "chunks")]),
+    );
     let err = read_table::<Events>(&path).expect_err("wrong table");
     assert!(matches!(err, Error::SchemaMismatch { .. }), "{err:?}");
     // The writer refuses a batch of another schema instead of corrupting its file.
@@ -159,12 +194,27 @@ fn bad_values_name_column_and_row() {
     let dir = tempfile::tempdir().expect("tempdir");
     let path = dir.path().join("events.parquet");
     let mut columns: Vec<ArrayRef> = events_batch().columns().to_vec();
-    columns[1] = Arc::new(StringArray::from(vec!["run_start", "cell_start", "window_open", "explode", "note"]));
+    columns[1] = Arc::new(StringArray::from(vec![
+        "run_start",
+        "cell_start",
+        "window_open",
+        "explode",
+        "note",
+    ]));
     let batch = RecordBatch::try_new(Events::schema(), columns).expect("batch");
-    write_foreign(&path, &batch, Some(vec![(SCHEMA_VERSION_KEY, "1"), (TABLE_KEY, "events")]));
+    write_foreign(
+        &path,
+        &batch,
+        Some(vec![(SCHEMA_VERSION_KEY, "1"), (TABLE_KEY, "events")]),
+    );
     let err = read_table::<Events>(&path).expect_err("bad enum");
     match &err {
-        Error::BadValue { column, row, message, .. } => {
+        Error::BadValue {
+            column,
+            row,
+            message,
+            ..
+        } => {
             assert_eq!((*column, *row), ("kind", 3));
             assert!(message.contains("explode"), "{message}");
         }
@@ -184,7 +234,10 @@ fn json_files_checked() {
     v["schema_version"] = 2.into();
     std::fs::write(&path, v.to_string()).expect("write");
     let err = Manifest::read(run).expect_err("newer");
-    assert!(matches!(err, Error::NewerVersion { found: 2, .. }), "{err:?}");
+    assert!(
+        matches!(err, Error::NewerVersion { found: 2, .. }),
+        "{err:?}"
+    );
     assert_names(&err, &path);
     v["schema_version"] = 1.into();
     v["surprise"] = true.into();
@@ -205,8 +258,16 @@ fn raw_capture_checked() {
     assert!(matches!(err, Error::Missing { .. }), "{err:?}");
     let mut w = RawWriter::create(&path).expect("create");
     for i in 0..2000 {
-        w.write(i, i, format!("data: {{\"i\":{i},\"pad\":\"{}\"}}\n\n", "x".repeat(i as usize % 97)).as_bytes())
-            .expect("write");
+        w.write(
+            i,
+            i,
+            format!(
+                "data: {{\"i\":{i},\"pad\":\"{}\"}}\n\n",
+                "x".repeat(i as usize % 97)
+            )
+            .as_bytes(),
+        )
+        .expect("write");
     }
     w.finish().expect("finish");
     let bytes = std::fs::read(&path).expect("read");
@@ -219,7 +280,10 @@ fn raw_capture_checked() {
     std::io::Write::write_all(&mut enc, b"TTRAWSSE\x02\x00\x00\x00").expect("hdr");
     std::fs::write(&path, enc.finish().expect("finish")).expect("write");
     let err = RawReader::open(&path).expect_err("newer");
-    assert!(matches!(err, Error::NewerVersion { found: 2, .. }), "{err:?}");
+    assert!(
+        matches!(err, Error::NewerVersion { found: 2, .. }),
+        "{err:?}"
+    );
     // Not zstd.
     std::fs::write(&path, b"plain text").expect("write");
     let err = RawReader::open(&path).expect_err("not zstd");

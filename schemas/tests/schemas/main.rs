@@ -4,8 +4,8 @@
 //! - `cell`: atomic cell commit and the run layout;
 //! - `doc`: FORMAT.md and the code list the same columns, types and values.
 
-mod common;
 mod cell;
+mod common;
 mod doc;
 mod errors;
 mod roundtrip;

@@ -99,11 +99,24 @@ fn files_are_stamped_and_compressed() {
             col.column_path()
         );
     }
-    let kind = rg.columns().iter().find(|c| c.column_path().string() == "kind").expect("kind");
-    assert!(kind.dictionary_page_offset().is_some(), "string columns are dictionary-encoded");
-    let arrival = rg.columns().iter().find(|c| c.column_path().string() == "arrival_ns").expect("arrival");
+    let kind = rg
+        .columns()
+        .iter()
+        .find(|c| c.column_path().string() == "kind")
+        .expect("kind");
     assert!(
-        arrival.encodings().any(|e| e == parquet::basic::Encoding::DELTA_BINARY_PACKED),
+        kind.dictionary_page_offset().is_some(),
+        "string columns are dictionary-encoded"
+    );
+    let arrival = rg
+        .columns()
+        .iter()
+        .find(|c| c.column_path().string() == "arrival_ns")
+        .expect("arrival");
+    assert!(
+        arrival
+            .encodings()
+            .any(|e| e == parquet::basic::Encoding::DELTA_BINARY_PACKED),
         "times are delta-encoded"
     );
     let r = open_table::<Chunks>(&path).expect("open");
@@ -117,7 +130,13 @@ fn raw_capture_roundtrip() {
     let path = dir.path().join("raw.sse.zst");
     let mut w = RawWriter::create(&path).expect("create");
     let frames: Vec<(i64, i64, Vec<u8>)> = (0..500)
-        .map(|i| (i % 7, i * 1000, format!("data: {{\"n\":{i}}}\n\n").into_bytes()))
+        .map(|i| {
+            (
+                i % 7,
+                i * 1000,
+                format!("data: {{\"n\":{i}}}\n\n").into_bytes(),
+            )
+        })
         .collect();
     for (id, t, b) in &frames {
         w.write(*id, *t, b).expect("write");
@@ -138,7 +157,10 @@ fn raw_capture_roundtrip() {
 #[test]
 fn manifest_and_cell_json_roundtrip() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let keys = [CellKey::new(Phase::Decode, 1024, 2), CellKey::new(Phase::Prefill, 1024, 1)];
+    let keys = [
+        CellKey::new(Phase::Decode, 1024, 2),
+        CellKey::new(Phase::Prefill, 1024, 1),
+    ];
     let m = synth::manifest("run-1", &keys);
     m.write(dir.path()).expect("write");
     assert_eq!(Manifest::read(dir.path()).expect("read"), m);
@@ -150,17 +172,65 @@ fn manifest_and_cell_json_roundtrip() {
 fn synthetic_cell_reads_back_consistent() {
     let dir = tempfile::tempdir().expect("tempdir");
     let key = CellKey::new(Phase::Decode, 2048, 4);
-    let meta = synth::write_decode_cell(dir.path(), &synth::DecodeSpec::new(key, 20_000)).expect("cell");
+    let meta =
+        synth::write_decode_cell(dir.path(), &synth::DecodeSpec::new(key, 20_000)).expect("cell");
     let cell = key.dir(dir.path());
     assert_eq!(CellMeta::read_complete(&cell).expect("cell.json"), meta);
     let chunks = read_table::<Chunks>(&cell.join("chunks.parquet")).expect("chunks");
     let requests = read_table::<Requests>(&cell.join("requests.parquet")).expect("requests");
     let streamed: i64 = chunks.iter().filter_map(|c| c.tokens).map(i64::from).sum();
-    let reported: i64 = requests.iter().filter_map(|r| r.completion_tokens_server).map(i64::from).sum();
+    let reported: i64 = requests
+        .iter()
+        .filter_map(|r| r.completion_tokens_server)
+        .map(i64::from)
+        .sum();
     assert_eq!(streamed, reported);
     assert!(streamed >= 20_000);
-    assert!(chunks.windows(2).all(|w| w[0].arrival_ns <= w[1].arrival_ns));
-    let frames = RawReader::open(&cell.join("raw.sse.zst")).expect("raw").count();
+    for w in chunks
+        .windows(2)
+        .filter(|w| w[0].request_id == w[1].request_id)
+    {
+        assert!(
+            w[0].seq < w[1].seq && w[0].arrival_ns <= w[1].arrival_ns,
+            "{w:?}"
+        );
+    }
+    let frames = RawReader::open(&cell.join("raw.sse.zst"))
+        .expect("raw")
+        .count();
     assert_eq!(frames, chunks.len());
     assert_eq!(meta.files["chunks.parquet"].rows, chunks.len() as u64);
+}
+
+#[test]
+fn chunks_are_stored_grouped_by_request_within_blocks() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("chunks.parquet");
+    // Three interleaved streams, as they arrive.
+    let mut rows = Vec::new();
+    for step in 0..50 {
+        for id in [7i64, 3, 5] {
+            let mut r = chunk_rows(1).remove(0);
+            (r.request_id, r.seq, r.arrival_ns) = (id, step, i64::from(step) * 1000 + id);
+            rows.push(r);
+        }
+    }
+    let limits = WriterLimits {
+        batch_rows: 60,
+        ..small()
+    };
+    let mut w = TableWriter::<Chunks>::with_limits(&path, limits).expect("create");
+    for r in &rows {
+        w.push(r.clone()).expect("push");
+    }
+    w.finish().expect("finish");
+    let back = read_table::<Chunks>(&path).expect("read");
+    let mut expected = Vec::new();
+    for block in rows.chunks(60) {
+        let mut b = block.to_vec();
+        b.sort_by_key(|r| (r.request_id, r.seq));
+        expected.extend(b);
+    }
+    assert_eq!(back, expected);
+    assert_ne!(back, rows, "storage order differs from arrival order");
 }
