@@ -154,17 +154,17 @@ macro_rules! str_enum {
             }
         }
 
-        impl ::serde::Serialize for $name {
-            fn serialize<S: ::serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        impl $crate::serde::Serialize for $name {
+            fn serialize<S: $crate::serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
                 s.serialize_str($crate::column::StrEnum::as_str(*self))
             }
         }
 
-        impl<'de> ::serde::Deserialize<'de> for $name {
-            fn deserialize<D: ::serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-                let s = <::std::borrow::Cow<'de, str> as ::serde::Deserialize>::deserialize(d)?;
+        impl<'de> $crate::serde::Deserialize<'de> for $name {
+            fn deserialize<D: $crate::serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+                let s = <::std::borrow::Cow<'de, str> as $crate::serde::Deserialize>::deserialize(d)?;
                 <Self as $crate::column::StrEnum>::parse(&s).ok_or_else(|| {
-                    ::serde::de::Error::custom(format!(
+                    $crate::serde::de::Error::custom(format!(
                         "unknown {} `{}` (expected one of: {})",
                         stringify!($name),
                         s,
@@ -175,12 +175,12 @@ macro_rules! str_enum {
         }
 
         impl $crate::column::Column for $name {
-            const DATA_TYPE: ::arrow_schema::DataType = ::arrow_schema::DataType::Utf8;
+            const DATA_TYPE: $crate::arrow_schema::DataType = $crate::arrow_schema::DataType::Utf8;
             const NULLABLE: bool = false;
-            fn to_array<'a>(values: impl Iterator<Item = &'a Self>) -> ::arrow_array::ArrayRef {
+            fn to_array<'a>(values: impl Iterator<Item = &'a Self>) -> $crate::arrow_array::ArrayRef {
                 $crate::column::enum_to_array(values.map(|v| Some(*v)))
             }
-            fn from_array(array: &dyn ::arrow_array::Array) -> Result<Vec<Self>, $crate::column::ValueError> {
+            fn from_array(array: &dyn $crate::arrow_array::Array) -> Result<Vec<Self>, $crate::column::ValueError> {
                 $crate::column::enum_from_array::<Self>(array)?
                     .into_iter()
                     .enumerate()
@@ -193,12 +193,12 @@ macro_rules! str_enum {
         }
 
         impl $crate::column::Column for Option<$name> {
-            const DATA_TYPE: ::arrow_schema::DataType = ::arrow_schema::DataType::Utf8;
+            const DATA_TYPE: $crate::arrow_schema::DataType = $crate::arrow_schema::DataType::Utf8;
             const NULLABLE: bool = true;
-            fn to_array<'a>(values: impl Iterator<Item = &'a Self>) -> ::arrow_array::ArrayRef {
+            fn to_array<'a>(values: impl Iterator<Item = &'a Self>) -> $crate::arrow_array::ArrayRef {
                 $crate::column::enum_to_array(values.copied())
             }
-            fn from_array(array: &dyn ::arrow_array::Array) -> Result<Vec<Self>, $crate::column::ValueError> {
+            fn from_array(array: &dyn $crate::arrow_array::Array) -> Result<Vec<Self>, $crate::column::ValueError> {
                 $crate::column::enum_from_array::<$name>(array)
             }
         }

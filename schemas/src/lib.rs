@@ -2,6 +2,7 @@
 //! the recorder (which writes it) and the analyzer (which reads it). See `FORMAT.md`
 //! next to this crate for every table, column, unit and null rule.
 
+pub mod clock;
 pub mod column;
 pub mod error;
 pub mod fsutil;
@@ -9,6 +10,7 @@ pub mod layout;
 pub mod manifest;
 pub mod raw;
 pub mod reader;
+pub mod redact;
 pub mod synth;
 pub mod table;
 pub mod tables;
@@ -16,7 +18,11 @@ pub mod verify;
 pub mod writer;
 
 pub use error::{Error, Result};
+// Re-exported for the `table!` and `str_enum!` macros and for crates that define tables.
+pub use arrow_array;
+pub use arrow_schema;
 pub use layout::{CellKey, Phase};
+pub use serde;
 pub use table::Table;
 pub use tables::{
     ChunkKind, ChunkRow, Chunks, EndReason, Endpoint, EventKind, EventRow, Events, MetricRow,

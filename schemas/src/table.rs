@@ -41,8 +41,10 @@ pub trait Table {
     fn from_batch(batch: &RecordBatch) -> Result<Vec<Self::Row>, ColumnError>;
 }
 
-/// Defines a table: `table!(Marker, Row, "name" [, order = fn] { /// doc \n column: Type, ... })`;
+/// Defines a table (exported: other crates define their own tables, e.g. the simulator's
+/// ground truth, and write them with [`crate::writer::TableWriter`]): `table!(Marker, Row, "name" [, order = fn] { /// doc \n column: Type, ... })`;
 /// `order` is a comparison that [`Table::sort_block`] applies to each block of rows.
+#[macro_export]
 macro_rules! table {
     (
         $(#[$tmeta:meta])*
@@ -64,22 +66,22 @@ macro_rules! table {
 
             $( fn sort_block(rows: &mut [$row]) { rows.sort_by($order); } )?
 
-            fn fields() -> Vec<::arrow_schema::Field> {
-                vec![$(::arrow_schema::Field::new(
+            fn fields() -> Vec<$crate::arrow_schema::Field> {
+                vec![$($crate::arrow_schema::Field::new(
                     stringify!($field),
                     <$ty as $crate::column::Column>::DATA_TYPE,
                     <$ty as $crate::column::Column>::NULLABLE,
                 )),+]
             }
 
-            fn to_batch(rows: &[$row]) -> Result<::arrow_array::RecordBatch, ::arrow_schema::ArrowError> {
+            fn to_batch(rows: &[$row]) -> Result<$crate::arrow_array::RecordBatch, $crate::arrow_schema::ArrowError> {
                 let columns = vec![$(
                     <$ty as $crate::column::Column>::to_array(rows.iter().map(|r| &r.$field))
                 ),+];
-                ::arrow_array::RecordBatch::try_new(<Self as $crate::table::Table>::schema(), columns)
+                $crate::arrow_array::RecordBatch::try_new(<Self as $crate::table::Table>::schema(), columns)
             }
 
-            fn from_batch(batch: &::arrow_array::RecordBatch) -> Result<Vec<$row>, $crate::table::ColumnError> {
+            fn from_batch(batch: &$crate::arrow_array::RecordBatch) -> Result<Vec<$row>, $crate::table::ColumnError> {
                 let n = batch.num_rows();
                 $(
                     let mut $field = {
@@ -109,7 +111,6 @@ macro_rules! table {
         }
     };
 }
-pub(crate) use table;
 
 impl ColumnError {
     #[doc(hidden)]

@@ -2,8 +2,7 @@
 //! columns use. Column meanings, units and null rules are documented in FORMAT.md; a
 //! test keeps that document and these definitions in step.
 
-use crate::str_enum;
-use crate::table::table;
+use crate::{str_enum, table};
 
 str_enum! {
     /// What an SSE event was.

@@ -2,10 +2,12 @@
 //! - `roundtrip`: every table, the raw capture and the JSON files read back equal;
 //! - `errors`: missing, truncated, corrupt, foreign, newer and mismatched files give named errors;
 //! - `cell`: atomic cell commit and the run layout;
-//! - `doc`: FORMAT.md and the code list the same columns, types and values.
+//! - `doc`: FORMAT.md and the code list the same columns, types and values;
+//! - `secrets`: credentials and secret arguments are redacted; the run clock.
 
 mod cell;
 mod common;
 mod doc;
 mod errors;
 mod roundtrip;
+mod secrets;

@@ -1,0 +1,67 @@
+//! The run clock: one monotonic zero per run, every time in the trace is i64 nanoseconds
+//! since it, and the manifest maps that zero to UTC. Shared by the recorder and the
+//! simulator so that both ends of a loopback measurement read the same clock.
+
+use std::time::{Duration, Instant, SystemTime};
+
+use crate::manifest::Clock;
+
+/// A monotonic clock whose zero is the start of a run.
+#[derive(Debug, Clone, Copy)]
+pub struct RunClock {
+    zero: Instant,
+    utc_at_zero: SystemTime,
+}
+
+impl RunClock {
+    /// Starts a clock now.
+    pub fn start() -> Self {
+        // Read both clocks back to back; the UTC anchor is informational (wall clocks
+        // step), all measurements use the monotonic side.
+        let zero = Instant::now();
+        let utc_at_zero = SystemTime::now();
+        RunClock { zero, utc_at_zero }
+    }
+
+    /// Nanoseconds since the zero (saturating at i64::MAX, some 292 years).
+    pub fn now_ns(&self) -> i64 {
+        self.ns_at(Instant::now())
+    }
+
+    /// The run time of an instant taken elsewhere (e.g. right after a socket read).
+    /// Instants before the zero give negative values.
+    pub fn ns_at(&self, t: Instant) -> i64 {
+        match t.checked_duration_since(self.zero) {
+            Some(d) => duration_ns(d),
+            None => -duration_ns(self.zero.duration_since(t)),
+        }
+    }
+
+    /// The manifest's record of this clock.
+    pub fn anchor(&self) -> Clock {
+        Clock {
+            utc_at_zero: humantime::format_rfc3339_nanos(self.utc_at_zero).to_string(),
+        }
+    }
+}
+
+fn duration_ns(d: Duration) -> i64 {
+    i64::try_from(d.as_nanos()).unwrap_or(i64::MAX)
+}
+
+impl Clock {
+    /// The UTC time of the run's zero, parsed; `None` if the text is not RFC 3339.
+    pub fn utc(&self) -> Option<SystemTime> {
+        humantime::parse_rfc3339(&self.utc_at_zero).ok()
+    }
+
+    /// UTC time of a run time in nanoseconds.
+    pub fn utc_of(&self, ns: i64) -> Option<SystemTime> {
+        let zero = self.utc()?;
+        if ns >= 0 {
+            zero.checked_add(Duration::from_nanos(ns.unsigned_abs()))
+        } else {
+            zero.checked_sub(Duration::from_nanos(ns.unsigned_abs()))
+        }
+    }
+}
