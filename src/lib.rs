@@ -2,6 +2,7 @@
 //! library code so tests call [`run`] in-process with `Cli::parse_from`.
 
 pub mod check;
+pub mod sim;
 
 use std::process::ExitCode;
 
@@ -21,11 +22,14 @@ pub enum Command {
     /// Verify a run folder: manifest, every cell's commit mark, every row of every table
     /// and every raw frame. Exits 1 when any cell is incomplete or damaged.
     Check(check::CheckArgs),
+    /// Serve the simulated inference engine (OpenAI-compatible, vLLM metrics) until Ctrl-C.
+    Sim(sim::SimArgs),
 }
 
 /// Runs a parsed command line; the exit code says whether the run folder is sound.
 pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
         Command::Check(args) => Ok(check::run(&args, &mut std::io::stdout().lock())?.exit_code()),
+        Command::Sim(args) => sim::run(&args).map(|()| ExitCode::SUCCESS),
     }
 }

@@ -16,7 +16,9 @@ fn keys() -> Vec<CellKey> {
 
 fn check_in_process(run: &std::path::Path) -> (check::CheckSummary, String) {
     let cli = Cli::parse_from(["tokentrace", "check", run.to_str().expect("utf-8 path")]);
-    let Sub::Check(args) = cli.command;
+    let Sub::Check(args) = cli.command else {
+        panic!("parsed as another command");
+    };
     let mut out = Vec::new();
     let summary = check::run(&args, &mut out).expect("check runs");
     (summary, String::from_utf8(out).expect("utf-8"))

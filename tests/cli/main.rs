@@ -1,4 +1,6 @@
 //! End-to-end tests of the `tokentrace` command line, one binary:
-//! - `check`: a sound run passes; damaged, incomplete and missing cells are named and fail.
+//! - `check`: a sound run passes; damaged, incomplete and missing cells are named and fail;
+//! - `sim`: the simulator subcommand starts, says where it listens, serves, and refuses bad profiles.
 
 mod check;
+mod sim;
