@@ -5,7 +5,7 @@ use std::io::Write;
 use std::net::SocketAddr;
 
 use anyhow::Context;
-use tokentrace_sim::{Profile, SimServer};
+use tokentrace_sim::{Profile, SimOptions, SimServer};
 
 /// Arguments of `tokentrace sim`.
 #[derive(Debug, clap::Args)]
@@ -16,6 +16,10 @@ pub struct SimArgs {
     /// Address to listen on; port 0 picks a free port. Loopback unless you say otherwise.
     #[arg(long, default_value = "127.0.0.1:8000")]
     pub listen: SocketAddr,
+    /// Write the ground truth (every event sent, with its schedule and write time on
+    /// CLOCK_MONOTONIC) to this folder as Parquet; finished on Ctrl-C.
+    #[arg(long, value_name = "DIR")]
+    pub ground_truth: Option<std::path::PathBuf>,
 }
 
 /// Starts the simulator; the first line on stdout is `listening on http://ADDR`.
@@ -23,9 +27,12 @@ pub fn run(args: &SimArgs) -> anyhow::Result<()> {
     let profile = Profile::load(&args.profile).context("cannot load the simulator profile")?;
     let rt = tokio::runtime::Runtime::new().context("cannot start the async runtime")?;
     rt.block_on(async {
-        let sim = SimServer::start(profile, args.listen)
+        let options = SimOptions {
+            truth_dir: args.ground_truth.clone(),
+        };
+        let sim = SimServer::start_with(profile, args.listen, options)
             .await
-            .with_context(|| format!("cannot listen on {}", args.listen))?;
+            .with_context(|| format!("cannot start the simulator on {}", args.listen))?;
         {
             let mut out = std::io::stdout().lock();
             writeln!(out, "listening on {}", sim.url())?;

@@ -1,16 +1,26 @@
 //! The run clock: one monotonic zero per run, every time in the trace is i64 nanoseconds
-//! since it, and the manifest maps that zero to UTC. Shared by the recorder and the
-//! simulator so that both ends of a loopback measurement read the same clock.
+//! since it, and the manifest maps that zero to UTC and to the host's CLOCK_MONOTONIC, so
+//! another process on the same host (the simulator's ground truth) can be aligned with it.
 
 use std::time::{Duration, Instant, SystemTime};
 
 use crate::manifest::Clock;
+
+/// The host's CLOCK_MONOTONIC in nanoseconds: the same reading in every process of the
+/// host (Rust's `Instant` reads this clock on Linux but does not expose its value).
+pub fn monotonic_ns() -> i64 {
+    let t = rustix::time::clock_gettime(rustix::time::ClockId::Monotonic);
+    t.tv_sec
+        .saturating_mul(1_000_000_000)
+        .saturating_add(t.tv_nsec)
+}
 
 /// A monotonic clock whose zero is the start of a run.
 #[derive(Debug, Clone, Copy)]
 pub struct RunClock {
     zero: Instant,
     utc_at_zero: SystemTime,
+    monotonic_at_zero: i64,
 }
 
 impl RunClock {
@@ -18,9 +28,29 @@ impl RunClock {
     pub fn start() -> Self {
         // Read both clocks back to back; the UTC anchor is informational (wall clocks
         // step), all measurements use the monotonic side.
+        // The monotonic zero is bracketed by two CLOCK_MONOTONIC reads (after one to warm
+        // the vDSO path); their midpoint maps it within half their gap, well under 1 µs.
+        let _ = monotonic_ns();
+        let before = monotonic_ns();
         let zero = Instant::now();
+        let after = monotonic_ns();
+        let monotonic_at_zero = before + (after - before) / 2;
         let utc_at_zero = SystemTime::now();
-        RunClock { zero, utc_at_zero }
+        RunClock {
+            zero,
+            utc_at_zero,
+            monotonic_at_zero,
+        }
+    }
+
+    /// CLOCK_MONOTONIC at the zero, in nanoseconds.
+    pub fn monotonic_at_zero(&self) -> i64 {
+        self.monotonic_at_zero
+    }
+
+    /// The run time of a CLOCK_MONOTONIC reading (e.g. from the simulator's ground truth).
+    pub fn from_monotonic(&self, monotonic_ns: i64) -> i64 {
+        monotonic_ns.saturating_sub(self.monotonic_at_zero)
     }
 
     /// Nanoseconds since the zero (saturating at i64::MAX, some 292 years).
@@ -41,6 +71,7 @@ impl RunClock {
     pub fn anchor(&self) -> Clock {
         Clock {
             utc_at_zero: humantime::format_rfc3339_nanos(self.utc_at_zero).to_string(),
+            monotonic_at_zero_ns: Some(self.monotonic_at_zero),
         }
     }
 }

@@ -38,6 +38,9 @@ impl ToolInfo {
 pub struct Clock {
     /// UTC time (RFC 3339, nanoseconds) at which the monotonic clock read 0 ns.
     pub utc_at_zero: String,
+    /// The host's CLOCK_MONOTONIC (ns) at the zero: subtract it from a CLOCK_MONOTONIC
+    /// reading of another process on the same host to get run time. Null if unknown.
+    pub monotonic_at_zero_ns: Option<i64>,
 }
 
 /// The server that was measured.

@@ -394,6 +394,7 @@ pub fn manifest(run_id: &str, cells: &[CellKey]) -> Manifest {
         run_id: run_id.to_string(),
         clock: Clock {
             utc_at_zero: "2026-11-30T00:00:00.000000000Z".to_string(),
+            monotonic_at_zero_ns: None,
         },
         target: Target {
             url: "synthetic://".to_string(),

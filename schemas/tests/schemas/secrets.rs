@@ -56,4 +56,14 @@ fn run_clock_is_monotonic_and_anchored() {
     if let Some(ns) = earlier {
         assert!(ns < 0, "instants before the zero are negative: {ns}");
     }
+    // CLOCK_MONOTONIC maps onto the run clock.
+    let mono = tokentrace_schemas::clock::monotonic_ns();
+    let run_ns = clock.from_monotonic(mono);
+    let after = clock.now_ns();
+    // The mapping is exact to within the bracket of two clock reads (µs in debug builds).
+    assert!(
+        run_ns >= b - 20_000 && run_ns <= after + 20_000,
+        "{b} <= {run_ns} <= {after}"
+    );
+    assert_eq!(anchor.monotonic_at_zero_ns, Some(clock.monotonic_at_zero()));
 }
