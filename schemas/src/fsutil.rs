@@ -42,3 +42,24 @@ pub fn sync_parent(path: &Path) -> Result<()> {
         _ => sync_dir(Path::new(".")),
     }
 }
+
+/// Opens `path` for reading; a missing file is [`Error::Missing`] naming `what` it should be.
+pub fn open(path: &Path, what: &'static str) -> Result<File> {
+    File::open(path).map_err(|e| missing_or_io(path, what, e))
+}
+
+/// Reads all of `path`; a missing file is [`Error::Missing`].
+pub fn read(path: &Path, what: &'static str) -> Result<Vec<u8>> {
+    std::fs::read(path).map_err(|e| missing_or_io(path, what, e))
+}
+
+fn missing_or_io(path: &Path, what: &'static str, e: std::io::Error) -> Error {
+    if e.kind() == std::io::ErrorKind::NotFound {
+        Error::Missing {
+            path: path.to_path_buf(),
+            what,
+        }
+    } else {
+        Error::io(path, e)
+    }
+}

@@ -200,16 +200,7 @@ struct VersionOnly {
 
 /// Reads a JSON file of this format, checking `schema_version` first.
 pub fn read_json<T: DeserializeOwned>(path: &Path, what: &'static str) -> Result<T> {
-    let bytes = match std::fs::read(path) {
-        Ok(b) => b,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            return Err(Error::Missing {
-                path: path.to_path_buf(),
-                what,
-            });
-        }
-        Err(e) => return Err(Error::io(path, e)),
-    };
+    let bytes = fsutil::read(path, what)?;
     let json_err = |source| Error::Json {
         path: path.to_path_buf(),
         source,

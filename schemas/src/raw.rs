@@ -113,16 +113,7 @@ impl std::fmt::Debug for RawReader {
 impl RawReader {
     /// Opens `path` and checks the header and schema version.
     pub fn open(path: &Path) -> Result<Self> {
-        let file = match File::open(path) {
-            Ok(f) => f,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                return Err(Error::Missing {
-                    path: path.to_path_buf(),
-                    what: "raw capture",
-                });
-            }
-            Err(e) => return Err(Error::io(path, e)),
-        };
+        let file = crate::fsutil::open(path, "raw capture")?;
         let dec = zstd::stream::read::Decoder::new(file).map_err(|e| Error::io(path, e))?;
         let mut r = RawReader {
             path: path.to_path_buf(),

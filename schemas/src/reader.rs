@@ -50,16 +50,7 @@ pub struct TableReader<T: Table> {
 
 /// Opens a table file, checking version and schema.
 pub fn open_table<T: Table>(path: &Path) -> Result<TableReader<T>> {
-    let file = match File::open(path) {
-        Ok(f) => f,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            return Err(Error::Missing {
-                path: path.to_path_buf(),
-                what: "Parquet table",
-            });
-        }
-        Err(e) => return Err(Error::io(path, e)),
-    };
+    let file = crate::fsutil::open(path, "Parquet table")?;
     let corrupt = |source| Error::Corrupt {
         path: path.to_path_buf(),
         source,
