@@ -41,7 +41,13 @@ pub fn run(args: &SimArgs) -> anyhow::Result<()> {
         tokio::signal::ctrl_c()
             .await
             .context("cannot wait for Ctrl-C")?;
-        sim.stop();
+        if let Some((stats, dropped)) = sim.stop() {
+            let stats = stats.context("cannot finish the ground-truth files")?;
+            eprintln!(
+                "ground truth: {} events, {} requests ({dropped} rows dropped)",
+                stats.chunks, stats.requests
+            );
+        }
         Ok(())
     })
 }
