@@ -1,0 +1,14 @@
+//! Tests of the recorder, one binary:
+//! - `sse`: framing keeps every event's wire length and arrival, across any read split;
+//! - `parse`: captured streams of llama.cpp and the simulator read into chunk fields.
+
+mod parse;
+mod sse;
+
+/// A captured stream from `fixtures/sse/`.
+pub fn fixture(name: &str) -> Vec<u8> {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../fixtures/sse")
+        .join(name);
+    std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
