@@ -1,7 +1,9 @@
 //! Tests of the recorder, one binary:
 //! - `sse`: framing keeps every event's wire length and arrival, across any read split;
-//! - `parse`: captured streams of llama.cpp and the simulator read into chunk fields.
+//! - `parse`: captured streams of llama.cpp and the simulator read into chunk fields;
+//! - `client`: one recorded request against the simulator: counts, times, faults, cancel.
 
+mod client;
 mod parse;
 mod sse;
 
