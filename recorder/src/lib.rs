@@ -4,6 +4,7 @@
 
 pub mod client;
 pub mod parse;
+pub mod scrape;
 pub mod sse;
 
 pub use tokentrace_schemas as schemas;

@@ -1,10 +1,12 @@
 //! Tests of the recorder, one binary:
 //! - `sse`: framing keeps every event's wire length and arrival, across any read split;
 //! - `parse`: captured streams of llama.cpp and the simulator read into chunk fields;
-//! - `client`: one recorded request against the simulator: counts, times, faults, cancel.
+//! - `client`: one recorded request against the simulator: counts, times, faults, cancel;
+//! - `scrape`: Prometheus text (llama.cpp, vLLM shapes) into long-format metric rows.
 
 mod client;
 mod parse;
+mod scrape;
 mod sse;
 
 /// A captured stream from `fixtures/sse/`.
