@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use tokentrace_schemas::clock::RunClock;
 use tokentrace_schemas::tables::{ChunkKind, ChunkRow, EndReason, Endpoint, RequestRow, Role};
-use tokio::sync::{mpsc, watch};
+use tokio::sync::{mpsc, oneshot, watch};
 
 use crate::parse::{Parsed, parse};
 use crate::sse::SseFramer;
@@ -68,6 +68,8 @@ struct Stream<'a> {
     attributed: i32,
     /// The last data row, held back so a later usage chunk can settle its tokens.
     pending: Option<ChunkRow>,
+    /// Told the arrival time of the first token, once.
+    first_token: Option<oneshot::Sender<i64>>,
 }
 
 impl Stream<'_> {
@@ -144,6 +146,9 @@ impl Stream<'_> {
         if let Some(t) = tokens {
             self.attributed += t;
             if t > 0 {
+                if let Some(tell) = self.first_token.take() {
+                    let _ = tell.send(arrival_ns);
+                }
                 self.row.first_token_ns.get_or_insert(arrival_ns);
                 self.row.last_token_ns = Some(arrival_ns);
             }
@@ -185,17 +190,32 @@ enum Stop {
     Failed(String),
 }
 
+/// How a request is run, beyond what it is.
+#[derive(Debug)]
+pub struct RunCtl {
+    pub counting: TokenCounting,
+    /// A stream silent this long ends as `stall_timeout`.
+    pub stall_timeout: Duration,
+    /// Turning true closes the connection (the server aborts the request): `cancelled`.
+    pub cancel: watch::Receiver<bool>,
+    /// Told the arrival time of the first token.
+    pub first_token: Option<oneshot::Sender<i64>>,
+}
+
 /// Sends `spec` and records it until it ends; the request row is the last record sent.
-/// `cancel` turning true closes the connection (the server aborts the request).
 pub async fn run(
     client: &reqwest::Client,
     spec: &RequestSpec,
-    counting: TokenCounting,
+    ctl: RunCtl,
     clock: &RunClock,
-    stall_timeout: Duration,
-    mut cancel: watch::Receiver<bool>,
     out: &mpsc::Sender<Record>,
 ) {
+    let RunCtl {
+        counting,
+        stall_timeout,
+        mut cancel,
+        first_token,
+    } = ctl;
     let scheduled = clock.now_ns();
     let mut st = Stream {
         spec,
@@ -228,6 +248,7 @@ pub async fn run(
         last_cumulative: 0,
         attributed: 0,
         pending: None,
+        first_token,
     };
     let request = client
         .post(&spec.url)

@@ -63,9 +63,13 @@ async fn record(
     } else {
         std::mem::forget(cancel_tx);
     }
-    let task = tokio::spawn(async move {
-        client::run(&client, &spec, counting, &clock, stall, cancel_rx, &tx).await
-    });
+    let ctl = client::RunCtl {
+        counting,
+        stall_timeout: stall,
+        cancel: cancel_rx,
+        first_token: None,
+    };
+    let task = tokio::spawn(async move { client::run(&client, &spec, ctl, &clock, &tx).await });
     let mut chunks = Vec::new();
     let mut raw = Vec::new();
     let mut request = None;
