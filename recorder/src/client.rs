@@ -16,7 +16,7 @@ use crate::sse::SseFramer;
 /// Longest error body kept from a non-2xx response.
 pub const MAX_ERROR_BODY: usize = 64 * 1024;
 
-/// What the recorder sends to a cell's writer.
+/// What goes to a cell's writer.
 #[derive(Debug)]
 pub enum Record {
     Chunk(ChunkRow),
@@ -26,6 +26,9 @@ pub enum Record {
         bytes: bytes::Bytes,
     },
     Request(RequestRow),
+    /// Samples of one metrics scrape (the server's, or the recorder's own health).
+    Metrics(Vec<tokentrace_schemas::tables::MetricRow>),
+    Event(tokentrace_schemas::tables::EventRow),
 }
 
 /// How chunk token counts are obtained (see the manifest's `token_counting`).

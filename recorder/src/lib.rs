@@ -2,6 +2,7 @@
 //! matrix and writes every chunk, request, metric sample and raw byte to a run folder.
 //! Its dependency tree stops at `tokentrace-schemas` (no polars): it is what the GPU box builds.
 
+pub mod cell;
 pub mod client;
 pub mod parse;
 pub mod scrape;

@@ -1,9 +1,11 @@
 //! Tests of the recorder, one binary:
+//! - `cell`: whole prefill and decode cells against the simulator, read back;
 //! - `sse`: framing keeps every event's wire length and arrival, across any read split;
 //! - `parse`: captured streams of llama.cpp and the simulator read into chunk fields;
 //! - `client`: one recorded request against the simulator: counts, times, faults, cancel;
 //! - `scrape`: Prometheus text (llama.cpp, vLLM shapes) into long-format metric rows.
 
+mod cell;
 mod client;
 mod parse;
 mod scrape;

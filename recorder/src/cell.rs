@@ -1,0 +1,380 @@
+//! One cell of the matrix, recorded: a writer thread fed by a bounded channel, a metrics
+//! scraper, a 1 ms tick that measures the recorder's own lateness, and either one cold
+//! scout (prefill) or N closed-loop workers with readiness warm-up, a fixed window,
+//! cancel at window close and a drain barrier (decode). The cell commits atomically.
+
+use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
+use std::time::{Duration, Instant};
+
+use tokentrace_schemas::clock::RunClock;
+use tokentrace_schemas::manifest::CellMeta;
+use tokentrace_schemas::tables::{Endpoint, EventKind, EventRow, MetricRow, MetricType, Role};
+use tokentrace_schemas::writer::CellWriter;
+use tokentrace_schemas::{CellKey, Phase};
+use tokio::sync::{mpsc, oneshot, watch};
+
+use crate::client::{self, Record, RequestSpec, RunCtl, TokenCounting};
+use crate::scrape;
+
+/// Records queued between request tasks and the cell's writer: the bound on memory.
+pub const WRITER_QUEUE: usize = 8 * 1024;
+/// Name of the recorder's own lateness series in `metrics`.
+pub const CLIENT_LAG_METRIC: &str = "tokentrace:client_lag_seconds";
+/// Tokens a prefill scout asks for (its TTFT is the measurement).
+pub const SCOUT_MAX_TOKENS: i32 = 16;
+
+/// Gauges that say how many requests a server is running and how many wait, per engine.
+pub const RUNNING_WAITING: [(&str, &str); 4] = [
+    ("vllm:num_requests_running", "vllm:num_requests_waiting"),
+    ("sglang:num_running_reqs", "sglang:num_queue_reqs"),
+    ("llamacpp:requests_processing", "llamacpp:requests_deferred"),
+    ("tgi_batch_current_size", "tgi_queue_size"),
+];
+
+/// Why a cell failed.
+#[derive(Debug, thiserror::Error)]
+pub enum CellError {
+    #[error(transparent)]
+    Trace(#[from] tokentrace_schemas::Error),
+    #[error("the cell writer stopped: {0}")]
+    Writer(String),
+}
+
+/// Everything a cell needs that the whole run shares.
+#[derive(Debug, Clone)]
+pub struct RunCtx {
+    pub client: reqwest::Client,
+    pub clock: RunClock,
+    /// Generation endpoint URL.
+    pub url: String,
+    pub endpoint: Endpoint,
+    pub metrics_url: Option<String>,
+    pub scrape_interval: Duration,
+    pub stall_timeout: Duration,
+    pub warmup_timeout: Duration,
+    pub drain_timeout: Duration,
+    pub counting: TokenCounting,
+}
+
+/// One cell to record.
+#[derive(Debug, Clone)]
+pub struct CellPlan {
+    pub key: CellKey,
+    /// The request body (identical prompts within a context).
+    pub body: bytes::Bytes,
+    /// The body of the prefill scout (same prompt, few tokens).
+    pub scout_body: bytes::Bytes,
+    pub prompt_tokens: i32,
+    pub max_tokens: i32,
+    pub window: Duration,
+    /// First request id of the cell (ids are unique within the run).
+    pub first_request_id: i64,
+}
+
+struct Cell {
+    ctx: RunCtx,
+    plan: CellPlan,
+    tx: mpsc::Sender<Record>,
+    next_id: AtomicI64,
+}
+
+impl Cell {
+    async fn event(&self, kind: EventKind, request_id: Option<i64>, detail: Option<String>) {
+        let row = EventRow {
+            time_ns: self.ctx.clock.now_ns(),
+            kind,
+            request_id,
+            detail,
+        };
+        let _ = self.tx.send(Record::Event(row)).await;
+    }
+
+    fn spec(
+        &self,
+        slot: Option<i32>,
+        role: Role,
+        body: &bytes::Bytes,
+        max_tokens: i32,
+    ) -> RequestSpec {
+        RequestSpec {
+            request_id: self.next_id.fetch_add(1, Ordering::Relaxed),
+            slot,
+            role,
+            endpoint: self.ctx.endpoint,
+            url: self.ctx.url.clone(),
+            body: body.clone(),
+            prompt_tokens_requested: self.plan.prompt_tokens,
+            max_tokens: Some(max_tokens),
+        }
+    }
+
+    /// Scrapes once and queues the rows; returns (running, waiting) when known.
+    async fn scrape_once(&self) -> Option<(f64, f64)> {
+        let url = self.ctx.metrics_url.as_deref()?;
+        match scrape::scrape(
+            &self.ctx.client,
+            url,
+            &self.ctx.clock,
+            Duration::from_secs(5),
+        )
+        .await
+        {
+            Ok(rows) => {
+                let rw = running_waiting(&rows);
+                let _ = self.tx.send(Record::Metrics(rows)).await;
+                rw
+            }
+            Err(e) => {
+                self.event(
+                    EventKind::Fault,
+                    None,
+                    Some(format!("metrics scrape failed: {e}")),
+                )
+                .await;
+                None
+            }
+        }
+    }
+}
+
+/// (running, waiting) summed over label sets, from the first engine whose gauges appear.
+pub fn running_waiting(rows: &[MetricRow]) -> Option<(f64, f64)> {
+    RUNNING_WAITING.iter().find_map(|(running, waiting)| {
+        let sum = |name: &str| {
+            let v: Vec<f64> = rows
+                .iter()
+                .filter(|r| r.name == name)
+                .map(|r| r.value)
+                .collect();
+            (!v.is_empty()).then(|| v.iter().sum::<f64>())
+        };
+        Some((sum(running)?, sum(waiting).unwrap_or(0.0)))
+    })
+}
+
+fn writer_loop(mut w: CellWriter, mut rx: mpsc::Receiver<Record>) -> Result<CellMeta, CellError> {
+    while let Some(r) = rx.blocking_recv() {
+        match r {
+            Record::Chunk(c) => w.push_chunk(c)?,
+            Record::Raw {
+                request_id,
+                arrival_ns,
+                bytes,
+            } => w.raw.write(request_id, arrival_ns, &bytes)?,
+            Record::Request(q) => w.push_request(q)?,
+            Record::Metrics(rows) => {
+                for m in rows {
+                    w.push_metric(m)?;
+                }
+            }
+            Record::Event(e) => w.push_event(e)?,
+        }
+    }
+    Ok(w.commit()?)
+}
+
+/// Measures how late a 1 ms tick fires on this runtime; queues one summary per second
+/// (`stat="max"` and `stat="mean"`), and one for the last partial second at `stop`.
+async fn tick_lateness(tx: mpsc::Sender<Record>, clock: RunClock, mut stop: watch::Receiver<bool>) {
+    let mut interval = tokio::time::interval(Duration::from_millis(1));
+    interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+    let mut window_start = clock.now_ns();
+    let (mut max, mut sum, mut n) = (0.0f64, 0.0f64, 0u32);
+    loop {
+        let stopping = tokio::select! {
+            deadline = interval.tick() => {
+                let late = Instant::now().saturating_duration_since(deadline.into_std()).as_secs_f64();
+                max = max.max(late);
+                sum += late;
+                n += 1;
+                false
+            }
+            _ = stop.changed() => true,
+        };
+        let now = clock.now_ns();
+        if (stopping && n > 0) || now - window_start >= 1_000_000_000 {
+            let rows = [("max", max), ("mean", sum / f64::from(n.max(1)))]
+                .into_iter()
+                .map(|(stat, value)| MetricRow {
+                    scrape_start_ns: window_start,
+                    scrape_end_ns: now,
+                    family: CLIENT_LAG_METRIC.to_string(),
+                    name: CLIENT_LAG_METRIC.to_string(),
+                    labels: format!("stat=\"{stat}\""),
+                    value,
+                    metric_type: MetricType::Gauge,
+                })
+                .collect();
+            let _ = tx.send(Record::Metrics(rows)).await;
+            (max, sum, n, window_start) = (0.0, 0.0, 0, now);
+        }
+        if stopping {
+            return;
+        }
+    }
+}
+
+async fn start(
+    ctx: &RunCtx,
+    plan: &CellPlan,
+    run: &Path,
+) -> Result<
+    (
+        Arc<Cell>,
+        tokio::task::JoinHandle<Result<CellMeta, CellError>>,
+    ),
+    CellError,
+> {
+    let writer = CellWriter::create(run, plan.key)?;
+    let (tx, rx) = mpsc::channel(WRITER_QUEUE);
+    let handle = tokio::task::spawn_blocking(move || writer_loop(writer, rx));
+    let cell = Arc::new(Cell {
+        ctx: ctx.clone(),
+        plan: plan.clone(),
+        tx,
+        next_id: AtomicI64::new(plan.first_request_id),
+    });
+    cell.event(EventKind::CellStart, None, Some(plan.key.to_string()))
+        .await;
+    Ok((cell, handle))
+}
+
+async fn finish(
+    cell: Arc<Cell>,
+    handle: tokio::task::JoinHandle<Result<CellMeta, CellError>>,
+) -> Result<CellMeta, CellError> {
+    cell.event(EventKind::CellEnd, None, None).await;
+    drop(cell);
+    handle.await.map_err(|e| CellError::Writer(e.to_string()))?
+}
+
+/// Records a prefill cell: one cold scout request whose TTFT measures prefill.
+pub async fn record_prefill(
+    ctx: &RunCtx,
+    plan: &CellPlan,
+    run: &Path,
+) -> Result<CellMeta, CellError> {
+    debug_assert_eq!(plan.key.phase, Phase::Prefill);
+    let (cell, handle) = start(ctx, plan, run).await?;
+    cell.scrape_once().await;
+    let spec = cell.spec(None, Role::Scout, &plan.scout_body, SCOUT_MAX_TOKENS);
+    let (_cancel_tx, cancel) = watch::channel(false);
+    let ctl = RunCtl {
+        counting: ctx.counting,
+        stall_timeout: ctx.stall_timeout,
+        cancel,
+        first_token: None,
+    };
+    client::run(&ctx.client, &spec, ctl, &ctx.clock, &cell.tx).await;
+    cell.scrape_once().await;
+    finish(cell, handle).await
+}
+
+/// Records a decode cell: N closed-loop streams through warm-up, window, cancel, drain.
+pub async fn record_decode(
+    ctx: &RunCtx,
+    plan: &CellPlan,
+    run: &Path,
+) -> Result<CellMeta, CellError> {
+    debug_assert_eq!(plan.key.phase, Phase::Decode);
+    let (cell, handle) = start(ctx, plan, run).await?;
+    let n = plan.key.concurrency.max(1);
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let tick = tokio::spawn(tick_lateness(cell.tx.clone(), ctx.clock, stop_rx.clone()));
+    let scraper = {
+        let cell = cell.clone();
+        let mut stop = stop_rx.clone();
+        tokio::spawn(async move {
+            loop {
+                cell.scrape_once().await;
+                tokio::select! {
+                    () = tokio::time::sleep(cell.ctx.scrape_interval) => {}
+                    _ = stop.changed() => return,
+                }
+            }
+        })
+    };
+
+    cell.event(EventKind::WarmupStart, None, None).await;
+    let window_open = Arc::new(AtomicBool::new(false));
+    let window_closed = Arc::new(AtomicBool::new(false));
+    let (cancel_tx, cancel_rx) = watch::channel(false);
+    let mut ready = Vec::new();
+    let mut workers = Vec::new();
+    for slot in 0..n {
+        let (first_tx, first_rx) = oneshot::channel();
+        ready.push(first_rx);
+        let cell = cell.clone();
+        let open = window_open.clone();
+        let closed = window_closed.clone();
+        let cancel = cancel_rx.clone();
+        workers.push(tokio::spawn(async move {
+            let mut first = Some(first_tx);
+            while !closed.load(Ordering::Acquire) {
+                let role = if open.load(Ordering::Acquire) {
+                    Role::Measured
+                } else {
+                    Role::Warmup
+                };
+                let slot = i32::try_from(slot).unwrap_or(i32::MAX);
+                let spec = cell.spec(Some(slot), role, &cell.plan.body, cell.plan.max_tokens);
+                let ctl = RunCtl {
+                    counting: cell.ctx.counting,
+                    stall_timeout: cell.ctx.stall_timeout,
+                    cancel: cancel.clone(),
+                    first_token: first.take(),
+                };
+                client::run(&cell.ctx.client, &spec, ctl, &cell.ctx.clock, &cell.tx).await;
+            }
+        }));
+    }
+    // Readiness: every stream has produced a token (or the warm-up timed out).
+    let all_ready =
+        tokio::time::timeout(ctx.warmup_timeout, futures_util::future::join_all(ready)).await;
+    let detail = match all_ready {
+        Ok(_) => "ready: every stream produced a token".to_string(),
+        Err(_) => format!(
+            "not ready after {:?}: window opened anyway",
+            ctx.warmup_timeout
+        ),
+    };
+    cell.event(EventKind::WarmupEnd, None, Some(detail)).await;
+    cell.scrape_once().await;
+    cell.event(EventKind::WindowOpen, None, None).await;
+    window_open.store(true, Ordering::Release);
+    tokio::time::sleep(plan.window).await;
+    window_closed.store(true, Ordering::Release);
+    cell.event(EventKind::WindowClose, None, None).await;
+    let _ = cancel_tx.send(true);
+    for w in workers {
+        let _ = w.await;
+    }
+    cell.scrape_once().await;
+
+    // Drain barrier: the server reports nothing running or waiting, within the timeout.
+    cell.event(EventKind::DrainStart, None, None).await;
+    let deadline = Instant::now() + ctx.drain_timeout;
+    let detail = loop {
+        match cell.scrape_once().await {
+            Some((r, w)) if r == 0.0 && w == 0.0 => {
+                break "drained: 0 running, 0 waiting".to_string();
+            }
+            None if ctx.metrics_url.is_none() => {
+                tokio::time::sleep(Duration::from_secs(1)).await;
+                break "no metrics: waited 1 s".to_string();
+            }
+            None => break "running/waiting gauges not found: no drain check".to_string(),
+            Some((r, w)) if Instant::now() >= deadline => {
+                break format!("drain timed out with {r} running, {w} waiting");
+            }
+            Some(_) => tokio::time::sleep(Duration::from_millis(100)).await,
+        }
+    };
+    cell.event(EventKind::DrainEnd, None, Some(detail)).await;
+    let _ = stop_tx.send(true);
+    let _ = scraper.await;
+    let _ = tick.await;
+    finish(cell, handle).await
+}

@@ -1,0 +1,158 @@
+//! Whole cells recorded against the simulator and read back from their committed files.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use serde_json::json;
+use tokentrace_recorder::cell::{self, CLIENT_LAG_METRIC, CellPlan, RunCtx};
+use tokentrace_recorder::client::TokenCounting;
+use tokentrace_schemas::clock::RunClock;
+use tokentrace_schemas::reader::read_table;
+use tokentrace_schemas::tables::{
+    Chunks, EndReason, Endpoint, EventKind, Events, Metrics, Requests, Role,
+};
+use tokentrace_schemas::{CellKey, Phase};
+use tokentrace_sim::{Profile, SimServer, Tokenizer};
+
+async fn sim() -> SimServer {
+    let addr: SocketAddr = "127.0.0.1:0".parse().expect("addr");
+    SimServer::start(Profile::load("tiny").expect("tiny"), addr)
+        .await
+        .expect("sim")
+}
+
+fn ctx(sim: &SimServer) -> RunCtx {
+    RunCtx {
+        client: reqwest::Client::new(),
+        clock: RunClock::start(),
+        url: format!("{}/v1/completions", sim.url()),
+        endpoint: Endpoint::Completions,
+        metrics_url: Some(format!("{}/metrics", sim.url())),
+        scrape_interval: Duration::from_millis(100),
+        stall_timeout: Duration::from_secs(30),
+        warmup_timeout: Duration::from_secs(30),
+        drain_timeout: Duration::from_secs(30),
+        counting: TokenCounting::TokenIds,
+    }
+}
+
+fn plan(key: CellKey, max_tokens: i32) -> CellPlan {
+    let prompt = Tokenizer::new().prompt_of(key.context as usize, u64::from(key.context));
+    let body = |n: i32| {
+        json!({"prompt": prompt, "max_tokens": n, "stream": true, "ignore_eos": true, "return_token_ids": true,
+               "stream_options": {"include_usage": true, "continuous_usage_stats": true}})
+        .to_string()
+        .into()
+    };
+    CellPlan {
+        key,
+        body: body(max_tokens),
+        scout_body: body(16),
+        prompt_tokens: key.context as i32,
+        max_tokens,
+        window: Duration::from_millis(600),
+        first_request_id: 1_000_000,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_decode_cell_is_recorded_whole() {
+    let sim = sim().await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let key = CellKey::new(Phase::Decode, 300, 2);
+    let meta = cell::record_decode(&ctx(&sim), &plan(key, 100), dir.path())
+        .await
+        .expect("cell");
+    assert!(meta.complete);
+    let d = key.dir(dir.path());
+    let requests = read_table::<Requests>(&d.join("requests.parquet")).expect("requests");
+    let chunks = read_table::<Chunks>(&d.join("chunks.parquet")).expect("chunks");
+    let events = read_table::<Events>(&d.join("events.parquet")).expect("events");
+    let metrics = read_table::<Metrics>(&d.join("metrics.parquet")).expect("metrics");
+
+    // Closed loop: 2 warm-up requests, then measured ones; the last are cancelled at close.
+    assert_eq!(
+        requests.iter().filter(|r| r.role == Role::Warmup).count(),
+        2
+    );
+    assert!(
+        requests.iter().any(|r| r.role == Role::Measured),
+        "finished streams restart"
+    );
+    assert!(
+        requests
+            .iter()
+            .any(|r| r.end_reason == EndReason::FinishedLength)
+    );
+    assert_eq!(
+        requests
+            .iter()
+            .filter(|r| r.end_reason == EndReason::Cancelled)
+            .count(),
+        2
+    );
+    for r in &requests {
+        let streamed: i32 = chunks
+            .iter()
+            .filter(|c| c.request_id == r.request_id)
+            .filter_map(|c| c.tokens)
+            .sum();
+        if r.end_reason == EndReason::FinishedLength {
+            assert_eq!(Some(streamed), r.completion_tokens_server);
+            assert_eq!(streamed, 100);
+        }
+        assert!(r.request_id >= 1_000_000);
+    }
+    let kinds: Vec<EventKind> = events
+        .iter()
+        .map(|e| e.kind)
+        .filter(|k| *k != EventKind::Fault)
+        .collect();
+    assert_eq!(
+        kinds,
+        vec![
+            EventKind::CellStart,
+            EventKind::WarmupStart,
+            EventKind::WarmupEnd,
+            EventKind::WindowOpen,
+            EventKind::WindowClose,
+            EventKind::DrainStart,
+            EventKind::DrainEnd,
+            EventKind::CellEnd,
+        ]
+    );
+    let drain = events
+        .iter()
+        .find(|e| e.kind == EventKind::DrainEnd)
+        .and_then(|e| e.detail.clone());
+    assert_eq!(drain.as_deref(), Some("drained: 0 running, 0 waiting"));
+    assert!(
+        metrics
+            .iter()
+            .any(|m| m.name == "vllm:num_requests_running" && m.value == 2.0)
+    );
+    assert!(metrics.iter().any(|m| m.name == CLIENT_LAG_METRIC));
+    sim.stop();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_prefill_cell_is_one_scout() {
+    let sim = sim().await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let key = CellKey::new(Phase::Prefill, 1000, 1);
+    cell::record_prefill(&ctx(&sim), &plan(key, 100), dir.path())
+        .await
+        .expect("cell");
+    let requests =
+        read_table::<Requests>(&key.dir(dir.path()).join("requests.parquet")).expect("requests");
+    assert_eq!(requests.len(), 1);
+    let scout = &requests[0];
+    assert_eq!(
+        (scout.role, scout.end_reason),
+        (Role::Scout, EndReason::FinishedLength)
+    );
+    assert_eq!(scout.prompt_tokens_server, Some(1000));
+    assert_eq!(scout.cached_tokens_server, Some(0), "the scout is cold");
+    assert!(scout.first_token_ns > scout.sent_ns);
+    sim.stop();
+}
