@@ -40,6 +40,9 @@ pub enum CellError {
     Trace(#[from] tokentrace_schemas::Error),
     #[error("the cell writer stopped: {0}")]
     Writer(String),
+    /// The cell was stopped before it ended (Ctrl-C); nothing was committed.
+    #[error("the cell was interrupted before it ended; it was not committed")]
+    Abandoned,
 }
 
 /// Everything a cell needs that the whole run shares.
@@ -155,6 +158,7 @@ pub fn running_waiting(rows: &[MetricRow]) -> Option<(f64, f64)> {
 }
 
 fn writer_loop(mut w: CellWriter, mut rx: mpsc::Receiver<Record>) -> Result<CellMeta, CellError> {
+    let mut commit = false;
     while let Some(r) = rx.blocking_recv() {
         match r {
             Record::Chunk(c) => w.push_chunk(c)?,
@@ -170,7 +174,11 @@ fn writer_loop(mut w: CellWriter, mut rx: mpsc::Receiver<Record>) -> Result<Cell
                 }
             }
             Record::Event(e) => w.push_event(e)?,
+            Record::Commit => commit = true,
         }
+    }
+    if !commit {
+        return Err(CellError::Abandoned);
     }
     Ok(w.commit()?)
 }
@@ -246,6 +254,7 @@ async fn finish(
     handle: tokio::task::JoinHandle<Result<CellMeta, CellError>>,
 ) -> Result<CellMeta, CellError> {
     cell.event(EventKind::CellEnd, None, None).await;
+    let _ = cell.tx.send(Record::Commit).await;
     drop(cell);
     handle.await.map_err(|e| CellError::Writer(e.to_string()))?
 }

@@ -29,6 +29,9 @@ pub enum Record {
     /// Samples of one metrics scrape (the server's, or the recorder's own health).
     Metrics(Vec<tokentrace_schemas::tables::MetricRow>),
     Event(tokentrace_schemas::tables::EventRow),
+    /// The cell ended normally: commit it. A writer whose channel closes without this
+    /// (Ctrl-C, a crash) leaves the cell uncommitted, to be redone by `--resume`.
+    Commit,
 }
 
 /// How chunk token counts are obtained (see the manifest's `token_counting`).

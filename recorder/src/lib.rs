@@ -3,8 +3,12 @@
 //! Its dependency tree stops at `tokentrace-schemas` (no polars): it is what the GPU box builds.
 
 pub mod cell;
+pub mod cli;
 pub mod client;
 pub mod parse;
+pub mod probe;
+pub mod prompt;
+pub mod runner;
 pub mod scrape;
 pub mod sse;
 

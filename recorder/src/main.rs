@@ -1,11 +1,41 @@
-//! `tokentrace-record`: the slim recording binary for the GPU box.
+//! `tokentrace-record`: the slim recording binary for the GPU box (no analyzer).
 
 use std::process::ExitCode;
 
+use clap::Parser;
+use tokentrace_recorder::cli::{self, Outcome, RecordArgs};
+
+/// tokentrace-record: record an LLM server's speed-test matrix to a run folder.
+#[derive(Debug, Parser)]
+#[command(name = "tokentrace-record", version, about)]
+struct Cli {
+    #[command(flatten)]
+    args: RecordArgs,
+}
+
 fn main() -> ExitCode {
-    eprintln!(
-        "tokentrace-record {}: the matrix runner is not built yet; this binary writes nothing.",
-        tokentrace_recorder::schemas::TOOL_VERSION
-    );
-    ExitCode::from(2)
+    let cli = Cli::parse();
+    let rt = match tokio::runtime::Runtime::new() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("tokentrace-record: cannot start the async runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let outcome = cli::run(&cli.args, &rt);
+    rt.shutdown_timeout(std::time::Duration::from_secs(5));
+    match outcome {
+        Ok(Outcome::Done(m)) => {
+            eprintln!("run {} recorded in {}", m.run_id, cli.args.out.display());
+            ExitCode::SUCCESS
+        }
+        Ok(Outcome::Interrupted) => {
+            eprintln!("interrupted: the cell in flight was not committed; finish with --resume");
+            ExitCode::from(130)
+        }
+        Err(e) => {
+            eprintln!("tokentrace-record: {e}");
+            ExitCode::FAILURE
+        }
+    }
 }

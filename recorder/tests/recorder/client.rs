@@ -78,7 +78,9 @@ async fn record(
             Record::Chunk(c) => chunks.push(c),
             Record::Raw { bytes, .. } => raw.extend_from_slice(&bytes),
             Record::Request(q) => request = Some(q),
-            Record::Metrics(_) | Record::Event(_) => panic!("a request sends no metrics or events"),
+            Record::Metrics(_) | Record::Event(_) | Record::Commit => {
+                panic!("a request sends no metrics, events or commits")
+            }
         }
     }
     task.await.expect("no panic");

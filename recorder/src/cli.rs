@@ -1,0 +1,203 @@
+//! The recorder's command-line options, shared by `tokentrace record` and the slim
+//! `tokentrace-record`, and the glue that runs a recording (with the built-in simulator
+//! when no target is given) until it ends or Ctrl-C stops it.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use tokentrace_schemas::manifest::Manifest;
+use tokentrace_schemas::tables::Endpoint;
+
+use crate::runner::{self, RecordOptions};
+
+fn duration(s: &str) -> Result<Duration, String> {
+    humantime::parse_duration(s).map_err(|e| format!("`{s}`: {e} (e.g. 30s, 2m)"))
+}
+
+fn endpoint(s: &str) -> Result<Endpoint, String> {
+    match s {
+        "completions" => Ok(Endpoint::Completions),
+        "chat" => Ok(Endpoint::Chat),
+        _ => Err(format!("`{s}`: expected completions or chat")),
+    }
+}
+
+fn key_value(s: &str) -> Result<(String, String), String> {
+    s.split_once('=')
+        .map(|(k, v)| (k.trim().to_string(), v.trim().to_string()))
+        .filter(|(k, _)| !k.is_empty())
+        .ok_or_else(|| format!("`{s}`: expected KEY=VALUE"))
+}
+
+/// Record a context × concurrency matrix from an OpenAI-compatible server.
+#[derive(Debug, Clone, clap::Args)]
+pub struct RecordArgs {
+    /// Base URL of the server (e.g. http://127.0.0.1:8000). Without it, the built-in
+    /// simulator is started on loopback and a short demo matrix is recorded.
+    #[arg(long)]
+    pub target: Option<String>,
+    /// Run folder to create (or to finish, with --resume).
+    #[arg(long)]
+    pub out: PathBuf,
+    /// Model to request; default: the first one the server lists.
+    #[arg(long)]
+    pub model: Option<String>,
+    /// Context lengths, comma-separated; K = 1,024 tokens [default: 8K,16K,32K,64K,128K].
+    #[arg(long, value_parser = runner::parse_contexts)]
+    pub contexts: Option<std::vec::Vec<u32>>,
+    /// Simultaneous requests of the decode cells [default: 1,2,4,8,16,32,64,128].
+    #[arg(long, value_parser = runner::parse_list)]
+    pub concurrency: Option<std::vec::Vec<u32>>,
+    /// Length of each decode measurement window [default: 30s].
+    #[arg(long, value_parser = duration)]
+    pub duration: Option<Duration>,
+    /// max_tokens of each decode request.
+    #[arg(long, default_value_t = runner::DEFAULT_MAX_TOKENS)]
+    pub max_tokens: u32,
+    /// Endpoint to stream from: completions or chat.
+    #[arg(long, value_parser = endpoint, default_value = "completions")]
+    pub endpoint: Endpoint,
+    /// Prometheus metrics URL [default: TARGET/metrics].
+    #[arg(long)]
+    pub metrics_url: Option<String>,
+    /// Time between metric scrapes.
+    #[arg(long, value_parser = duration, default_value = "1s")]
+    pub metrics_interval: Duration,
+    /// A stream silent this long is ended and recorded as stall_timeout.
+    #[arg(long, value_parser = duration, default_value = "10m")]
+    pub stall_timeout: Duration,
+    /// Longest readiness warm-up of a decode cell.
+    #[arg(long, value_parser = duration, default_value = "10m")]
+    pub warmup_timeout: Duration,
+    /// Longest wait for the server to report nothing running or waiting after a cell.
+    #[arg(long, value_parser = duration, default_value = "5m")]
+    pub drain_timeout: Duration,
+    /// Most tokens a prompt may differ from its context, as the server counts.
+    #[arg(long, default_value_t = runner::DEFAULT_PROMPT_TOLERANCE)]
+    pub prompt_tolerance: u32,
+    /// Finish an interrupted run in --out: complete cells are kept, the rest redone.
+    #[arg(long)]
+    pub resume: bool,
+    /// A fact for the report (hardware=…, gpu=…, quantization=…); repeatable.
+    #[arg(long, value_parser = key_value)]
+    pub describe: Vec<(String, String)>,
+    /// File holding the server's launch command; secrets in it are redacted.
+    #[arg(long)]
+    pub launch_command_file: Option<PathBuf>,
+    /// Environment variable holding the API key (never written anywhere).
+    #[arg(long, default_value = "OPENAI_API_KEY")]
+    pub api_key_env: String,
+    /// File holding the API key, instead of the environment.
+    #[arg(long)]
+    pub api_key_file: Option<PathBuf>,
+    /// Profile of the built-in simulator (used without --target).
+    #[arg(long, default_value = "reference-h200x4")]
+    pub sim_profile: String,
+}
+
+/// The demo matrix recorded against the built-in simulator when no matrix option is given.
+pub const DEMO_CONTEXTS: [u32; 2] = [8192, 32768];
+pub const DEMO_CONCURRENCY: [u32; 3] = [1, 8, 32];
+pub const DEMO_WINDOW: Duration = Duration::from_secs(5);
+
+impl RecordArgs {
+    /// Options for a target (`target` replaces a missing --target).
+    pub fn options(&self, target: &str) -> Result<RecordOptions, String> {
+        let demo = self.target.is_none()
+            && self.contexts.is_none()
+            && self.concurrency.is_none()
+            && self.duration.is_none();
+        let api_key = match &self.api_key_file {
+            Some(f) => Some(
+                std::fs::read_to_string(f)
+                    .map_err(|e| format!("{}: {e}", f.display()))?
+                    .trim()
+                    .to_string(),
+            ),
+            None => std::env::var(&self.api_key_env)
+                .ok()
+                .filter(|k| !k.is_empty()),
+        };
+        let launch_command = match &self.launch_command_file {
+            Some(f) => Some(
+                std::fs::read_to_string(f)
+                    .map_err(|e| format!("{}: {e}", f.display()))?
+                    .trim()
+                    .to_string(),
+            ),
+            None => None,
+        };
+        Ok(RecordOptions {
+            target: target.to_string(),
+            out: self.out.clone(),
+            model: self.model.clone(),
+            endpoint: self.endpoint,
+            contexts: self.contexts.clone().unwrap_or_else(|| {
+                if demo {
+                    DEMO_CONTEXTS.to_vec()
+                } else {
+                    runner::DEFAULT_CONTEXTS.to_vec()
+                }
+            }),
+            concurrency: self.concurrency.clone().unwrap_or_else(|| {
+                if demo {
+                    DEMO_CONCURRENCY.to_vec()
+                } else {
+                    runner::DEFAULT_CONCURRENCY.to_vec()
+                }
+            }),
+            window: self.duration.unwrap_or(if demo {
+                DEMO_WINDOW
+            } else {
+                runner::DEFAULT_WINDOW
+            }),
+            max_tokens: self.max_tokens,
+            metrics_url: self.metrics_url.clone(),
+            scrape_interval: self.metrics_interval,
+            stall_timeout: self.stall_timeout,
+            warmup_timeout: self.warmup_timeout,
+            drain_timeout: self.drain_timeout,
+            prompt_tolerance: self.prompt_tolerance,
+            resume: self.resume,
+            describe: self.describe.clone(),
+            launch_command,
+            api_key,
+        })
+    }
+}
+
+/// How a recording ended.
+#[derive(Debug)]
+pub enum Outcome {
+    Done(Box<Manifest>),
+    /// Ctrl-C: the cell in flight was not committed; `--resume` finishes the run.
+    Interrupted,
+}
+
+/// Runs a recording on `rt`, with the simulator when there is no target.
+pub fn run(args: &RecordArgs, rt: &tokio::runtime::Runtime) -> Result<Outcome, String> {
+    rt.block_on(async {
+        let sim = match &args.target {
+            Some(_) => None,
+            None => {
+                let profile = tokentrace_sim::Profile::load(&args.sim_profile).map_err(|e| e.to_string())?;
+                let addr = "127.0.0.1:0".parse().map_err(|e| format!("{e}"))?;
+                let sim = tokentrace_sim::SimServer::start(profile, addr)
+                    .await
+                    .map_err(|e| format!("cannot start the built-in simulator: {e}"))?;
+                eprintln!("no --target: recording the built-in simulator ({}) at {}", args.sim_profile, sim.url());
+                Some(sim)
+            }
+        };
+        let target = args.target.clone().or_else(|| sim.as_ref().map(|s| s.url())).unwrap_or_default();
+        let opts = args.options(&target)?;
+        let outcome = tokio::select! {
+            r = runner::record(&opts, |line| eprintln!("{line}")) => r.map(|m| Outcome::Done(Box::new(m))).map_err(|e| e.to_string()),
+            _ = tokio::signal::ctrl_c() => Ok(Outcome::Interrupted),
+        };
+        if let Some(s) = sim {
+            s.stop();
+        }
+        outcome
+    })
+}

@@ -1,0 +1,262 @@
+//! What the server is and can do, asked once before anything is written: the served
+//! model and its context limit (`/v1/models`), the engine (`/version`, metric names),
+//! whether `/metrics` answers, which `/tokenize` shape works, and whether streams carry
+//! token ids or cumulative usage (which decides how chunk tokens are counted).
+
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use tokentrace_schemas::manifest::{EngineInfo, ServerCapabilities};
+use tokentrace_schemas::tables::Endpoint;
+
+use crate::client::TokenCounting;
+use crate::sse::SseFramer;
+
+/// Why the run cannot start.
+#[derive(Debug, thiserror::Error)]
+pub enum ProbeError {
+    #[error(
+        "cannot reach {url}: {reason}. Is the server running, and is --target its base URL (e.g. http://127.0.0.1:8000)?"
+    )]
+    Unreachable { url: String, reason: String },
+    #[error("the server does not serve model `{model}` (it serves: {served}); check --model")]
+    UnknownModel { model: String, served: String },
+    #[error("{url} answered HTTP {status}: {body}")]
+    Status {
+        url: String,
+        status: u16,
+        body: String,
+    },
+    #[error("{url}: unexpected answer: {reason}")]
+    Shape { url: String, reason: String },
+}
+
+/// What the probe found.
+#[derive(Debug, Clone)]
+pub struct ServerInfo {
+    pub model: String,
+    pub max_model_len: Option<u32>,
+    pub engine: EngineInfo,
+    pub capabilities: ServerCapabilities,
+    pub counting: TokenCounting,
+    /// The metrics URL, when it answered with Prometheus text.
+    pub metrics_url: Option<String>,
+}
+
+async fn get_json(client: &reqwest::Client, url: &str) -> Result<Value, ProbeError> {
+    let resp = client
+        .get(url)
+        .timeout(Duration::from_secs(30))
+        .send()
+        .await
+        .map_err(|e| ProbeError::Unreachable {
+            url: url.to_string(),
+            reason: e.to_string(),
+        })?;
+    let status = resp.status();
+    let text = resp.text().await.unwrap_or_default();
+    if !status.is_success() {
+        return Err(ProbeError::Status {
+            url: url.to_string(),
+            status: status.as_u16(),
+            body: text.chars().take(500).collect(),
+        });
+    }
+    serde_json::from_str(&text).map_err(|e| ProbeError::Shape {
+        url: url.to_string(),
+        reason: format!("not JSON: {e}"),
+    })
+}
+
+/// Base URL joined with a path.
+pub fn join(base: &str, path: &str) -> String {
+    format!("{}{path}", base.trim_end_matches('/'))
+}
+
+/// The generation URL of an endpoint.
+pub fn endpoint_url(base: &str, endpoint: Endpoint) -> String {
+    match endpoint {
+        Endpoint::Completions => join(base, "/v1/completions"),
+        Endpoint::Chat => join(base, "/v1/chat/completions"),
+    }
+}
+
+/// A request body that asks for everything the recorder can use.
+pub fn stream_body(model: &str, endpoint: Endpoint, prompt: &Value, max_tokens: u32) -> Value {
+    let mut b = json!({
+        "model": model, "max_tokens": max_tokens, "stream": true, "ignore_eos": true, "temperature": 0,
+        "return_token_ids": true,
+        "stream_options": {"include_usage": true, "continuous_usage_stats": true},
+    });
+    match endpoint {
+        Endpoint::Completions => b["prompt"] = prompt.clone(),
+        Endpoint::Chat => b["messages"] = json!([{"role": "user", "content": prompt}]),
+    }
+    b
+}
+
+/// Asks the server what it is. Fails before anything is written when it cannot be
+/// reached or does not serve `model`.
+pub async fn probe(
+    client: &reqwest::Client,
+    base: &str,
+    model: Option<&str>,
+    endpoint: Endpoint,
+    metrics_url: Option<&str>,
+) -> Result<ServerInfo, ProbeError> {
+    let models_url = join(base, "/v1/models");
+    let models = get_json(client, &models_url).await?;
+    let list: Vec<&Value> = models["data"]
+        .as_array()
+        .map(|a| a.iter().collect())
+        .unwrap_or_default();
+    let served: Vec<String> = list
+        .iter()
+        .filter_map(|m| m["id"].as_str().map(str::to_string))
+        .collect();
+    let model = match model {
+        Some(m) if served.iter().any(|s| s == m) => m.to_string(),
+        Some(m) => {
+            return Err(ProbeError::UnknownModel {
+                model: m.to_string(),
+                served: served.join(", "),
+            });
+        }
+        None => served.first().cloned().ok_or_else(|| ProbeError::Shape {
+            url: models_url.clone(),
+            reason: "no model listed".to_string(),
+        })?,
+    };
+    let entry = list
+        .iter()
+        .find(|m| m["id"].as_str() == Some(model.as_str()));
+    let max_model_len = entry
+        .and_then(|m| {
+            m["max_model_len"]
+                .as_u64()
+                .or_else(|| m["meta"]["n_ctx_train"].as_u64())
+        })
+        .and_then(|v| u32::try_from(v).ok());
+
+    let mut engine = EngineInfo::default();
+    if let Ok(v) = get_json(client, &join(base, "/version")).await {
+        engine.version = v["version"].as_str().map(str::to_string);
+        engine.name = v["engine"].as_str().map(str::to_string);
+        if let Some(obj) = v.as_object() {
+            for (k, val) in obj {
+                engine.details.insert(
+                    k.clone(),
+                    val.as_str().map_or_else(|| val.to_string(), str::to_string),
+                );
+            }
+        }
+    }
+
+    let metrics_url = metrics_url.map_or_else(|| join(base, "/metrics"), str::to_string);
+    let metrics_text = match client
+        .get(&metrics_url)
+        .timeout(Duration::from_secs(10))
+        .send()
+        .await
+    {
+        Ok(r) if r.status().is_success() => r.text().await.ok(),
+        _ => None,
+    };
+    let metrics_ok = metrics_text.as_deref().is_some_and(|t| {
+        crate::scrape::parse_exposition(t, 0, 0).is_ok_and(|rows| !rows.is_empty())
+    });
+    if engine.name.is_none()
+        && let Some(t) = &metrics_text
+    {
+        engine.name = [
+            ("vllm:", "vllm"),
+            ("sglang:", "sglang"),
+            ("llamacpp:", "llama.cpp"),
+            ("tgi_", "tgi"),
+        ]
+        .iter()
+        .find(|(prefix, _)| t.contains(prefix))
+        .map(|(_, name)| (*name).to_string());
+    }
+
+    let tokenize = if get_tokenize(client, base, &json!({"model": model, "prompt": "hello"}))
+        .await
+        .is_some()
+    {
+        Some("vllm".to_string())
+    } else if get_tokenize(client, base, &json!({"content": "hello"}))
+        .await
+        .is_some()
+    {
+        Some("llama.cpp".to_string())
+    } else {
+        None
+    };
+
+    // One short stream: does it carry token ids, or cumulative usage on every chunk?
+    let body = stream_body(&model, endpoint, &Value::String(" hello".to_string()), 4);
+    let url = endpoint_url(base, endpoint);
+    let (mut ids, mut usage_per_chunk) = (false, false);
+    if let Ok(resp) = client
+        .post(&url)
+        .json(&body)
+        .timeout(Duration::from_secs(120))
+        .send()
+        .await
+        && resp.status().is_success()
+        && let Ok(bytes) = resp.bytes().await
+    {
+        let mut f = SseFramer::new();
+        for ev in f.push(&bytes, 0).unwrap_or_default() {
+            let p = crate::parse::parse(&ev);
+            if p.has_text() {
+                ids |= p.token_ids.is_some();
+                usage_per_chunk |= p.usage.is_some_and(|u| u.completion_tokens.is_some());
+            }
+        }
+    }
+    let counting = if ids {
+        TokenCounting::TokenIds
+    } else if usage_per_chunk {
+        TokenCounting::Usage
+    } else {
+        TokenCounting::OnePerChunk
+    };
+    Ok(ServerInfo {
+        capabilities: ServerCapabilities {
+            continuous_usage_stats: Some(usage_per_chunk),
+            return_token_ids: Some(ids),
+            metrics: Some(metrics_ok),
+            tokenize,
+            max_model_len,
+            token_counting: Some(
+                match counting {
+                    TokenCounting::TokenIds => "token_ids",
+                    TokenCounting::Usage => "usage",
+                    TokenCounting::OnePerChunk => "one_per_chunk",
+                }
+                .to_string(),
+            ),
+        },
+        model,
+        max_model_len,
+        engine,
+        counting,
+        metrics_url: metrics_ok.then_some(metrics_url),
+    })
+}
+
+/// Token ids of `/tokenize` for `body`, if that shape is served.
+pub async fn get_tokenize(client: &reqwest::Client, base: &str, body: &Value) -> Option<Vec<u64>> {
+    let resp = client
+        .post(join(base, "/tokenize"))
+        .json(body)
+        .send()
+        .await
+        .ok()?;
+    if !resp.status().is_success() {
+        return None;
+    }
+    let v: Value = resp.json().await.ok()?;
+    v["tokens"].as_array()?.iter().map(Value::as_u64).collect()
+}

@@ -1,0 +1,154 @@
+//! Prompts of an exact token count, identical within a context and distinct across
+//! contexts: counted by the server's own `/tokenize` (vLLM/SGLang or llama.cpp shape).
+//! Completions get the token ids themselves; chat gets text whose message count was
+//! searched to the exact length.
+
+use serde_json::{Value, json};
+use tokentrace_schemas::tables::Endpoint;
+
+use crate::probe::get_tokenize;
+
+/// Why a prompt could not be built.
+#[derive(Debug, thiserror::Error)]
+pub enum PromptError {
+    #[error("the server has no /tokenize, so prompts of an exact length cannot be built")]
+    NoTokenizer,
+    #[error("could not build a chat prompt of {want} tokens (closest: {got})")]
+    Inexact { want: u32, got: u32 },
+}
+
+/// A prompt ready for a request body (`prompt` value: ids or text).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Prompt {
+    pub value: Value,
+    /// Tokens as the server's tokenizer counts them.
+    pub tokens: u32,
+}
+
+const WORDS: [&str; 24] = [
+    "time", "river", "signal", "measure", "engine", "token", "window", "stream", "latency",
+    "cache", "batch", "queue", "model", "server", "record", "matrix", "context", "decode",
+    "prefill", "answer", "method", "number", "result", "report",
+];
+
+/// Deterministic filler text of `words` words, different for each `seed`.
+pub fn filler(words: usize, seed: u64) -> String {
+    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    let mut out = format!("Context {seed}:");
+    for _ in 0..words {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        out.push(' ');
+        out.push_str(WORDS[(x % WORDS.len() as u64) as usize]);
+    }
+    out
+}
+
+async fn count(
+    client: &reqwest::Client,
+    base: &str,
+    model: &str,
+    endpoint: Endpoint,
+    text: &str,
+    llama: bool,
+) -> Option<usize> {
+    let body = match (endpoint, llama) {
+        (_, true) => json!({"content": text}),
+        (Endpoint::Completions, false) => json!({"model": model, "prompt": text}),
+        (Endpoint::Chat, false) => {
+            json!({"model": model, "messages": [{"role": "user", "content": text}]})
+        }
+    };
+    get_tokenize(client, base, &body).await.map(|t| t.len())
+}
+
+/// Builds a prompt of exactly `n` tokens for `endpoint`.
+pub async fn build(
+    client: &reqwest::Client,
+    base: &str,
+    model: &str,
+    endpoint: Endpoint,
+    tokenize: Option<&str>,
+    n: u32,
+    seed: u64,
+) -> Result<Prompt, PromptError> {
+    let llama = match tokenize {
+        Some("llama.cpp") => true,
+        Some(_) => false,
+        None => return Err(PromptError::NoTokenizer),
+    };
+    let want = n as usize;
+    match endpoint {
+        Endpoint::Completions => {
+            // Enough words to exceed n, then cut the ids at n: exact by construction.
+            let mut words = want.max(8);
+            loop {
+                let body = if llama {
+                    json!({"content": filler(words, seed)})
+                } else {
+                    json!({"model": model, "prompt": filler(words, seed)})
+                };
+                let ids = get_tokenize(client, base, &body)
+                    .await
+                    .ok_or(PromptError::NoTokenizer)?;
+                if ids.len() >= want {
+                    return Ok(Prompt {
+                        value: json!(ids[..want]),
+                        tokens: n,
+                    });
+                }
+                words = words * 2 + 8;
+            }
+        }
+        Endpoint::Chat => {
+            // The template adds tokens around the message: search the word count.
+            let (mut lo, mut hi) = (0usize, want.max(8) * 2);
+            while count(client, base, model, endpoint, &filler(hi, seed), llama)
+                .await
+                .ok_or(PromptError::NoTokenizer)?
+                < want
+            {
+                hi *= 2;
+            }
+            let mut best = (usize::MAX, 0usize);
+            while lo <= hi {
+                let mid = (lo + hi) / 2;
+                let c = count(client, base, model, endpoint, &filler(mid, seed), llama)
+                    .await
+                    .ok_or(PromptError::NoTokenizer)?;
+                if c.abs_diff(want) < best.0 {
+                    best = (c.abs_diff(want), mid);
+                }
+                match c.cmp(&want) {
+                    std::cmp::Ordering::Equal => break,
+                    std::cmp::Ordering::Less => lo = mid + 1,
+                    std::cmp::Ordering::Greater => {
+                        if mid == 0 {
+                            break;
+                        }
+                        hi = mid - 1;
+                    }
+                }
+            }
+            let text = filler(best.1, seed);
+            let got = count(client, base, model, endpoint, &text, llama)
+                .await
+                .ok_or(PromptError::NoTokenizer)?;
+            if got != want {
+                // Close is fine within the run's tolerance; the caller checks it.
+                return Ok(Prompt {
+                    value: Value::String(text),
+                    tokens: u32::try_from(got).map_err(|_| PromptError::Inexact {
+                        want: n,
+                        got: u32::MAX,
+                    })?,
+                });
+            }
+            Ok(Prompt {
+                value: Value::String(text),
+                tokens: n,
+            })
+        }
+    }
+}

@@ -1,0 +1,364 @@
+//! The matrix: probe the server, plan the cells (skipping what exceeds its context),
+//! write the manifest, then per context build the prompt, record the prefill scout and
+//! the decode cells, updating the manifest as each cell commits. `resume` skips cells
+//! already complete and redoes the rest.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use serde_json::Value;
+use tokentrace_schemas::clock::RunClock;
+use tokentrace_schemas::manifest::{CellEntry, CellStatus, Manifest, RunConfig, Target, ToolInfo};
+use tokentrace_schemas::redact::{redact_command, redact_url};
+use tokentrace_schemas::tables::Endpoint;
+use tokentrace_schemas::{Phase, SCHEMA_VERSION};
+
+use crate::cell::{self, CellError, CellPlan, RunCtx};
+use crate::probe::{self, ProbeError, endpoint_url, stream_body};
+use crate::prompt::{self, PromptError};
+
+/// Defaults of the reference methodology.
+pub const DEFAULT_CONTEXTS: [u32; 5] = [8192, 16384, 32768, 65536, 131072];
+pub const DEFAULT_CONCURRENCY: [u32; 8] = [1, 2, 4, 8, 16, 32, 64, 128];
+pub const DEFAULT_WINDOW: Duration = Duration::from_secs(30);
+pub const DEFAULT_MAX_TOKENS: u32 = 4096;
+pub const DEFAULT_SCRAPE_INTERVAL: Duration = Duration::from_secs(1);
+pub const DEFAULT_STALL_TIMEOUT: Duration = Duration::from_secs(600);
+pub const DEFAULT_WARMUP_TIMEOUT: Duration = Duration::from_secs(600);
+pub const DEFAULT_DRAIN_TIMEOUT: Duration = Duration::from_secs(300);
+pub const DEFAULT_PROMPT_TOLERANCE: u32 = 8;
+/// Request ids of cell k start at k × this (unique within the run, stable on resume).
+pub const REQUEST_ID_STRIDE: i64 = 1_000_000_000;
+
+/// How to record.
+#[derive(Debug, Clone)]
+pub struct RecordOptions {
+    pub target: String,
+    pub out: PathBuf,
+    pub model: Option<String>,
+    pub endpoint: Endpoint,
+    pub contexts: Vec<u32>,
+    pub concurrency: Vec<u32>,
+    pub window: Duration,
+    pub max_tokens: u32,
+    pub metrics_url: Option<String>,
+    pub scrape_interval: Duration,
+    pub stall_timeout: Duration,
+    pub warmup_timeout: Duration,
+    pub drain_timeout: Duration,
+    pub prompt_tolerance: u32,
+    pub resume: bool,
+    /// Hardware / engine / run facts as the user gave them (`--describe key=value`).
+    pub describe: Vec<(String, String)>,
+    /// The server's launch command, redacted before it is stored.
+    pub launch_command: Option<String>,
+    /// Sent as a bearer token; never written anywhere.
+    pub api_key: Option<String>,
+}
+
+/// Why a run stopped.
+#[derive(Debug, thiserror::Error)]
+pub enum RecordError {
+    #[error(transparent)]
+    Probe(#[from] ProbeError),
+    #[error(transparent)]
+    Trace(#[from] tokentrace_schemas::Error),
+    #[error("{0}: already exists; give a new --out, or --resume to finish it")]
+    Exists(PathBuf),
+    #[error("{0}: cannot resume: {1}")]
+    Resume(PathBuf, String),
+    #[error("cannot build the prompt of {context} tokens: {source}")]
+    Prompt {
+        context: u32,
+        #[source]
+        source: PromptError,
+    },
+    #[error("cannot build the HTTP client: {0}")]
+    Client(String),
+}
+
+fn cell_list(opts: &RecordOptions, max_model_len: Option<u32>) -> Vec<CellEntry> {
+    let mut cells = Vec::new();
+    for &ctx in &opts.contexts {
+        let fits = max_model_len
+            .is_none_or(|m| u64::from(ctx) + u64::from(opts.max_tokens) <= u64::from(m));
+        let reason = (!fits).then(|| {
+            format!(
+                "context {ctx} + max tokens {} exceeds the server's max_model_len {}",
+                opts.max_tokens,
+                max_model_len.unwrap_or(0)
+            )
+        });
+        let status = if fits {
+            CellStatus::Planned
+        } else {
+            CellStatus::Skipped
+        };
+        let mut push = |phase, concurrency| {
+            cells.push(CellEntry {
+                phase,
+                context: ctx,
+                concurrency,
+                status,
+                reason: reason.clone(),
+            });
+        };
+        push(Phase::Prefill, 1);
+        for &n in &opts.concurrency {
+            push(Phase::Decode, n);
+        }
+    }
+    cells
+}
+
+fn http_client(api_key: Option<&str>) -> Result<reqwest::Client, RecordError> {
+    let mut headers = reqwest::header::HeaderMap::new();
+    if let Some(key) = api_key {
+        let mut v =
+            reqwest::header::HeaderValue::from_str(&format!("Bearer {key}")).map_err(|_| {
+                RecordError::Client("the API key is not a valid header value".to_string())
+            })?;
+        v.set_sensitive(true);
+        headers.insert(reqwest::header::AUTHORIZATION, v);
+    }
+    reqwest::Client::builder()
+        .default_headers(headers)
+        .tcp_nodelay(true)
+        .pool_max_idle_per_host(1024)
+        .build()
+        .map_err(|e| RecordError::Client(e.to_string()))
+}
+
+/// Records the matrix; `log` gets one line per step (progress for the terminal).
+pub async fn record(
+    opts: &RecordOptions,
+    mut log: impl FnMut(&str),
+) -> Result<Manifest, RecordError> {
+    let client = http_client(opts.api_key.as_deref())?;
+    let info = probe::probe(
+        &client,
+        &opts.target,
+        opts.model.as_deref(),
+        opts.endpoint,
+        opts.metrics_url.as_deref(),
+    )
+    .await?;
+    log(&format!(
+        "server: model {} · engine {} {} · max_model_len {} · tokens counted by {}",
+        info.model,
+        info.engine.name.as_deref().unwrap_or("unknown"),
+        info.engine.version.as_deref().unwrap_or(""),
+        info.max_model_len
+            .map_or("unknown".to_string(), |m| m.to_string()),
+        info.capabilities.token_counting.as_deref().unwrap_or("?"),
+    ));
+    let clock = RunClock::start();
+    let mut manifest = if opts.resume {
+        let m = Manifest::read(&opts.out)?;
+        if m.model != info.model {
+            return Err(RecordError::Resume(
+                opts.out.clone(),
+                format!(
+                    "it recorded model `{}`, the server serves `{}`",
+                    m.model, info.model
+                ),
+            ));
+        }
+        m
+    } else {
+        if opts.out.exists() {
+            return Err(RecordError::Exists(opts.out.clone()));
+        }
+        std::fs::create_dir_all(&opts.out)
+            .map_err(|e| tokentrace_schemas::Error::io(&opts.out, e))?;
+        let mut engine = info.engine.clone();
+        for (k, v) in &opts.describe {
+            engine.details.insert(format!("describe.{k}"), v.clone());
+        }
+        Manifest {
+            schema_version: SCHEMA_VERSION,
+            tool: ToolInfo::current(),
+            run_id: format!("run-{}", clock.anchor().utc_at_zero.replace([':', '.'], "")),
+            clock: clock.anchor(),
+            target: Target {
+                url: redact_url(&opts.target),
+                api_key: opts.api_key.is_some(),
+            },
+            model: info.model.clone(),
+            engine,
+            hardware: opts
+                .describe
+                .iter()
+                .find(|(k, _)| k == "hardware")
+                .map(|(_, v)| v.clone()),
+            launch_command: opts.launch_command.as_deref().map(redact_command),
+            capabilities: info.capabilities.clone(),
+            config: RunConfig {
+                endpoint: opts.endpoint,
+                contexts: opts.contexts.clone(),
+                concurrency: opts.concurrency.clone(),
+                window_ns: i64::try_from(opts.window.as_nanos()).unwrap_or(i64::MAX),
+                max_tokens: opts.max_tokens,
+                ignore_eos: true,
+                scrape_interval_ns: i64::try_from(opts.scrape_interval.as_nanos())
+                    .unwrap_or(i64::MAX),
+                warmup_timeout_ns: i64::try_from(opts.warmup_timeout.as_nanos())
+                    .unwrap_or(i64::MAX),
+                drain_timeout_ns: i64::try_from(opts.drain_timeout.as_nanos()).unwrap_or(i64::MAX),
+                stall_timeout_ns: i64::try_from(opts.stall_timeout.as_nanos()).unwrap_or(i64::MAX),
+                prompt_tolerance_tokens: opts.prompt_tolerance,
+            },
+            cells: cell_list(opts, info.max_model_len),
+        }
+    };
+    manifest.write(&opts.out)?;
+    let ctx = RunCtx {
+        client: client.clone(),
+        clock,
+        url: endpoint_url(&opts.target, manifest.config.endpoint),
+        endpoint: manifest.config.endpoint,
+        metrics_url: info.metrics_url.clone(),
+        scrape_interval: opts.scrape_interval,
+        stall_timeout: opts.stall_timeout,
+        warmup_timeout: opts.warmup_timeout,
+        drain_timeout: opts.drain_timeout,
+        counting: info.counting,
+    };
+    let total = manifest.cells.len();
+    let mut prompts: std::collections::BTreeMap<u32, (Value, u32)> = Default::default();
+    for i in 0..total {
+        let entry = manifest.cells[i].clone();
+        let key = entry.key();
+        if entry.status == CellStatus::Complete && key.dir(&opts.out).join("cell.json").exists() {
+            log(&format!("[{}/{total}] {key}: complete, skipped", i + 1));
+            continue;
+        }
+        if entry.status == CellStatus::Skipped {
+            log(&format!(
+                "[{}/{total}] {key}: skipped ({})",
+                i + 1,
+                entry.reason.as_deref().unwrap_or("")
+            ));
+            continue;
+        }
+        // A committed folder the manifest did not record (a crash between the two) counts.
+        if key.dir(&opts.out).join("cell.json").exists() {
+            manifest.cells[i].status = CellStatus::Complete;
+            manifest.write(&opts.out)?;
+            continue;
+        }
+        let (prompt, tokens) = match prompts.get(&key.context) {
+            Some(p) => p.clone(),
+            None => {
+                let p = prompt::build(
+                    &client,
+                    &opts.target,
+                    &manifest.model,
+                    manifest.config.endpoint,
+                    manifest.capabilities.tokenize.as_deref(),
+                    key.context,
+                    u64::from(key.context),
+                )
+                .await
+                .map_err(|source| RecordError::Prompt {
+                    context: key.context,
+                    source,
+                })?;
+                prompts.insert(key.context, (p.value.clone(), p.tokens));
+                (p.value, p.tokens)
+            }
+        };
+        let body = |n: u32| -> bytes::Bytes {
+            stream_body(&manifest.model, manifest.config.endpoint, &prompt, n)
+                .to_string()
+                .into()
+        };
+        let plan = CellPlan {
+            key,
+            body: body(manifest.config.max_tokens),
+            scout_body: body(u32::try_from(cell::SCOUT_MAX_TOKENS).unwrap_or(16)),
+            prompt_tokens: i32::try_from(tokens).unwrap_or(i32::MAX),
+            max_tokens: i32::try_from(manifest.config.max_tokens).unwrap_or(i32::MAX),
+            window: Duration::from_nanos(u64::try_from(manifest.config.window_ns).unwrap_or(0)),
+            first_request_id: (i as i64 + 1) * REQUEST_ID_STRIDE,
+        };
+        log(&format!("[{}/{total}] {key}: recording", i + 1));
+        let started = std::time::Instant::now();
+        let result = match key.phase {
+            Phase::Prefill => cell::record_prefill(&ctx, &plan, &opts.out).await,
+            Phase::Decode => cell::record_decode(&ctx, &plan, &opts.out).await,
+        };
+        let prompt_miss = tokens.abs_diff(key.context);
+        match result {
+            Ok(meta) => {
+                manifest.cells[i].status = CellStatus::Complete;
+                manifest.cells[i].reason = (prompt_miss > 0)
+                    .then(|| format!("prompt is {tokens} tokens, {prompt_miss} off the context"));
+                let rows = meta.files.get("chunks.parquet").map_or(0, |f| f.rows);
+                log(&format!(
+                    "[{}/{total}] {key}: committed, {rows} chunks in {:.1} s",
+                    i + 1,
+                    started.elapsed().as_secs_f64()
+                ));
+            }
+            Err(CellError::Abandoned) => {
+                return Err(RecordError::Resume(
+                    opts.out.clone(),
+                    "interrupted".to_string(),
+                ));
+            }
+            Err(e) => {
+                manifest.cells[i].status = CellStatus::Failed;
+                manifest.cells[i].reason = Some(e.to_string());
+                log(&format!("[{}/{total}] {key}: FAILED: {e}", i + 1));
+            }
+        }
+        if prompt_miss > opts.prompt_tolerance {
+            manifest.cells[i].status = CellStatus::Failed;
+            manifest.cells[i].reason = Some(format!(
+                "the prompt is {tokens} tokens by the server's count, {prompt_miss} off the asked {} (tolerance {})",
+                key.context, opts.prompt_tolerance
+            ));
+        }
+        manifest.write(&opts.out)?;
+    }
+    Ok(manifest)
+}
+
+/// Parses a context list like `8K,16K,1000` (K = 1,024 tokens).
+pub fn parse_contexts(s: &str) -> Result<Vec<u32>, String> {
+    s.split(',')
+        .map(str::trim)
+        .filter(|p| !p.is_empty())
+        .map(|p| {
+            let (num, mult) = match p.strip_suffix(['K', 'k']) {
+                Some(n) => (n, 1024u64),
+                None => match p.strip_suffix(['M', 'm']) {
+                    Some(n) => (n, 1024 * 1024),
+                    None => (p, 1),
+                },
+            };
+            let n: u64 = num
+                .parse()
+                .map_err(|_| format!("`{p}` is not a token count (e.g. 8K, 16384)"))?;
+            u32::try_from(n * mult)
+                .ok()
+                .filter(|&v| v > 0)
+                .ok_or_else(|| format!("`{p}` is out of range"))
+        })
+        .collect()
+}
+
+/// Parses a list of positive integers like `1,2,4`.
+pub fn parse_list(s: &str) -> Result<Vec<u32>, String> {
+    s.split(',')
+        .map(str::trim)
+        .filter(|p| !p.is_empty())
+        .map(|p| {
+            p.parse::<u32>()
+                .ok()
+                .filter(|&v| v > 0)
+                .ok_or_else(|| format!("`{p}` is not a positive integer"))
+        })
+        .collect()
+}
