@@ -22,6 +22,9 @@ pub enum Command {
     /// Verify a run folder: manifest, every cell's commit mark, every row of every table
     /// and every raw frame. Exits 1 when any cell is incomplete or damaged.
     Check(check::CheckArgs),
+    /// Record a context × concurrency matrix (the built-in simulator when no --target is
+    /// given), then verify the run folder.
+    Record(Box<tokentrace_recorder::cli::RecordArgs>),
     /// Serve the simulated inference engine (OpenAI-compatible, vLLM metrics) until Ctrl-C.
     Sim(sim::SimArgs),
 }
@@ -31,5 +34,30 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
         Command::Check(args) => Ok(check::run(&args, &mut std::io::stdout().lock())?.exit_code()),
         Command::Sim(args) => sim::run(&args).map(|()| ExitCode::SUCCESS),
+        Command::Record(args) => record(&args),
+    }
+}
+
+fn record(args: &tokentrace_recorder::cli::RecordArgs) -> anyhow::Result<ExitCode> {
+    use anyhow::Context;
+    use tokentrace_recorder::cli::{self, Outcome};
+    let rt = tokio::runtime::Runtime::new().context("cannot start the async runtime")?;
+    let outcome = cli::run(args, &rt);
+    rt.shutdown_timeout(std::time::Duration::from_secs(5));
+    match outcome
+        .map_err(anyhow::Error::msg)
+        .context("recording failed")?
+    {
+        Outcome::Interrupted => {
+            eprintln!("interrupted: the cell in flight was not committed; finish with --resume");
+            Ok(ExitCode::from(130))
+        }
+        Outcome::Done(m) => {
+            eprintln!("run {} recorded in {}", m.run_id, args.out.display());
+            let check = check::CheckArgs {
+                run: args.out.clone(),
+            };
+            Ok(check::run(&check, &mut std::io::stdout().lock())?.exit_code())
+        }
     }
 }

@@ -1,0 +1,262 @@
+//! Recording against the simulator, end to end: the trace agrees with the simulator's
+//! ground truth, a killed run resumes to completion, and the API key reaches no file.
+
+use std::collections::BTreeMap;
+use std::io::Read;
+use std::net::SocketAddr;
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use tokentrace_recorder::runner::{self, RecordOptions};
+use tokentrace_schemas::layout::list_cells;
+use tokentrace_schemas::manifest::{CellStatus, Manifest};
+use tokentrace_schemas::raw::RawReader;
+use tokentrace_schemas::reader::read_table;
+use tokentrace_schemas::tables::{Chunks, EndReason, Endpoint, Requests};
+use tokentrace_sim::truth::{TruthChunks, TruthRequests};
+use tokentrace_sim::{Profile, SimOptions, SimServer};
+
+fn options(target: &str, out: &Path) -> RecordOptions {
+    RecordOptions {
+        target: target.to_string(),
+        out: out.to_path_buf(),
+        model: None,
+        endpoint: Endpoint::Completions,
+        contexts: vec![512],
+        concurrency: vec![1, 3],
+        window: Duration::from_millis(800),
+        max_tokens: 120,
+        metrics_url: None,
+        scrape_interval: Duration::from_millis(200),
+        stall_timeout: Duration::from_secs(30),
+        warmup_timeout: Duration::from_secs(30),
+        drain_timeout: Duration::from_secs(30),
+        prompt_tolerance: 0,
+        resume: false,
+        describe: vec![("hardware".to_string(), "loopback".to_string())],
+        launch_command: Some("vllm serve m --api-key sk-123 --port 8000".to_string()),
+        api_key: None,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_trace_agrees_with_the_simulators_ground_truth() {
+    let truth_dir = tempfile::tempdir().expect("tempdir");
+    let run_dir = tempfile::tempdir().expect("tempdir");
+    let out = run_dir.path().join("run");
+    let addr: SocketAddr = "127.0.0.1:0".parse().expect("addr");
+    let sim = SimServer::start_with(
+        Profile::load("tiny").expect("tiny"),
+        addr,
+        SimOptions {
+            truth_dir: Some(truth_dir.path().to_path_buf()),
+        },
+    )
+    .await
+    .expect("sim");
+    let manifest = runner::record(&options(&sim.url(), &out), |_| {})
+        .await
+        .expect("recorded");
+    let (stats, dropped) = sim.stop().expect("truth on");
+    stats.expect("truth written");
+    assert_eq!(dropped, 0);
+    assert!(
+        manifest
+            .cells
+            .iter()
+            .all(|c| c.status == CellStatus::Complete),
+        "{:?}",
+        manifest.cells
+    );
+    assert_eq!(
+        manifest.launch_command.as_deref(),
+        Some("vllm serve m --api-key <redacted> --port 8000")
+    );
+    let mono_zero = manifest.clock.monotonic_at_zero_ns.expect("clock anchor");
+
+    let truth_chunks =
+        read_table::<TruthChunks>(&truth_dir.path().join("truth_chunks.parquet")).expect("truth");
+    let truth_requests =
+        read_table::<TruthRequests>(&truth_dir.path().join("truth_requests.parquet"))
+            .expect("truth");
+    let by_server_id: BTreeMap<&str, i64> = truth_requests
+        .iter()
+        .map(|r| (r.server_request_id.as_str(), r.request_id))
+        .collect();
+    let mut sent: BTreeMap<i64, Vec<(i32, Option<i32>, i64)>> = BTreeMap::new();
+    for c in &truth_chunks {
+        sent.entry(c.request_id)
+            .or_default()
+            .push((c.seq, c.tokens, c.written_ns));
+    }
+    let mut compared = 0;
+    let mut delays = Vec::new();
+    for (_, dir) in list_cells(&out).expect("cells") {
+        let requests = read_table::<Requests>(&dir.join("requests.parquet")).expect("requests");
+        let chunks = read_table::<Chunks>(&dir.join("chunks.parquet")).expect("chunks");
+        for r in &requests {
+            let sid = r.server_request_id.as_deref().expect("server id");
+            let mut truth = sent
+                .remove(&by_server_id[sid])
+                .expect("the simulator logged it");
+            truth.sort_unstable();
+            let mut mine: Vec<_> = chunks
+                .iter()
+                .filter(|c| c.request_id == r.request_id)
+                .collect();
+            mine.sort_by_key(|c| c.seq);
+            if matches!(r.end_reason, EndReason::FinishedLength) {
+                assert_eq!(
+                    mine.len(),
+                    truth.len(),
+                    "{sid}: every event the simulator sent was recorded"
+                );
+            } else {
+                assert_eq!(r.end_reason, EndReason::Cancelled);
+                assert!(mine.len() <= truth.len());
+            }
+            for (c, (seq, tokens, written)) in mine.iter().zip(&truth) {
+                assert_eq!(c.seq, *seq);
+                assert_eq!(
+                    c.tokens.unwrap_or(0),
+                    tokens.unwrap_or(0),
+                    "{sid} seq {seq}"
+                );
+                let delay = c.arrival_ns - (written - mono_zero);
+                assert!(
+                    delay >= -50_000,
+                    "{sid} seq {seq}: arrival before write by {delay} ns"
+                );
+                delays.push(delay);
+                compared += 1;
+            }
+        }
+    }
+    // The one request outside the trace is the recorder's capability probe (4 tokens,
+    // sent before the first cell).
+    let first = truth_requests
+        .iter()
+        .min_by_key(|r| r.arrived_ns)
+        .expect("requests");
+    assert_eq!(
+        sent.keys().copied().collect::<Vec<_>>(),
+        vec![first.request_id],
+        "requests missing from the trace"
+    );
+    assert_eq!(first.completion_tokens, 4);
+    assert!(compared > 200, "{compared}");
+    delays.sort_unstable();
+    eprintln!(
+        "arrival − write over {} events: p50 {} µs, p99 {} µs, max {} µs",
+        delays.len(),
+        delays[delays.len() / 2] / 1000,
+        delays[delays.len() * 99 / 100] / 1000,
+        delays[delays.len() - 1] / 1000
+    );
+}
+
+fn files_of(run: &Path) -> BTreeMap<String, Vec<u8>> {
+    let mut out = BTreeMap::new();
+    for (_, dir) in list_cells(run).expect("cells") {
+        for entry in std::fs::read_dir(&dir).expect("dir") {
+            let p = entry.expect("entry").path();
+            out.insert(p.display().to_string(), std::fs::read(&p).expect("read"));
+        }
+    }
+    out
+}
+
+fn record_cmd(out: &Path, resume: bool) -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_tokentrace"));
+    cmd.args(["record", "--out"])
+        .arg(out)
+        .args([
+            "--sim-profile",
+            "tiny",
+            "--contexts",
+            "512,1K",
+            "--concurrency",
+            "1,2,3",
+            "--duration",
+            "700ms",
+            "--max-tokens",
+            "150",
+        ])
+        .env("OPENAI_API_KEY", "sk-tokentrace-test-secret-4242")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    if resume {
+        cmd.arg("--resume");
+    }
+    cmd
+}
+
+#[test]
+fn a_killed_run_resumes_to_complete_and_keeps_committed_cells() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let out = dir.path().join("run");
+    let mut child = record_cmd(&out, false).spawn().expect("spawn");
+    // Kill it once two cells are committed (a moment that varies with the machine).
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        let committed = list_cells(&out).map(|c| c.len()).unwrap_or(0);
+        if committed >= 2 || Instant::now() > deadline {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let _ = child.kill(); // SIGKILL
+    let _ = child.wait();
+    let before = files_of(&out);
+    assert!(!before.is_empty(), "cells were committed before the kill");
+    let status = record_cmd(&out, true).status().expect("resume");
+    assert!(status.success(), "resume ends the run");
+    let m = Manifest::read(&out).expect("manifest");
+    assert!(
+        m.cells.iter().all(|c| c.status == CellStatus::Complete),
+        "{:?}",
+        m.cells
+    );
+    assert_eq!(list_cells(&out).expect("cells").len(), 8);
+    let after = files_of(&out);
+    for (path, bytes) in &before {
+        assert_eq!(after.get(path), Some(bytes), "{path} changed on resume");
+    }
+
+    // The API key was sent on every request; its bytes are in no file of the run.
+    let secret = b"sk-tokentrace-test-secret-4242";
+    let mut all: Vec<(String, Vec<u8>)> = after.into_iter().collect();
+    all.push((
+        "manifest.json".to_string(),
+        std::fs::read(out.join("manifest.json")).expect("manifest"),
+    ));
+    for (_, dir) in list_cells(&out).expect("cells") {
+        let mut raw = Vec::new();
+        for f in RawReader::open(&dir.join("raw.sse.zst")).expect("raw") {
+            raw.extend(f.expect("frame").bytes);
+        }
+        all.push((format!("{} (decompressed)", dir.display()), raw));
+    }
+    for (name, bytes) in &all {
+        assert!(
+            !bytes.windows(secret.len()).any(|w| w == secret),
+            "the API key is in {name}"
+        );
+    }
+    let mut check = Command::new(env!("CARGO_BIN_EXE_tokentrace"));
+    let mut child = check
+        .arg("check")
+        .arg(&out)
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("check");
+    let mut text = String::new();
+    child
+        .stdout
+        .take()
+        .expect("stdout")
+        .read_to_string(&mut text)
+        .expect("read");
+    assert!(child.wait().expect("wait").success(), "{text}");
+}
