@@ -79,8 +79,7 @@ struct Stream<'a> {
 }
 
 impl Stream<'_> {
-    async fn emit(&mut self, out: &mpsc::Sender<Record>, mut row: ChunkRow) {
-        row.queue_delay_ns = Some(self.clock.now_ns() - row.arrival_ns);
+    async fn emit(&mut self, out: &mpsc::Sender<Record>, row: ChunkRow) {
         let _ = out.send(Record::Chunk(row)).await;
     }
 
@@ -170,7 +169,9 @@ impl Stream<'_> {
             request_id: self.spec.request_id,
             seq: self.seq,
             arrival_ns,
-            queue_delay_ns: None,
+            // Stamped when the row is built: holding the last data row back (to settle
+            // its tokens from a later usage chunk) is bookkeeping, not recorder delay.
+            queue_delay_ns: Some(self.clock.now_ns() - arrival_ns),
             bytes: i32::try_from(wire_bytes).unwrap_or(i32::MAX),
             kind,
             tokens,

@@ -1,0 +1,195 @@
+//! Accuracy benchmark: how late does the recorder see what the simulator sent? Records one
+//! decode cell per concurrency against the simulator (10 ms steps, one token per chunk,
+//! 100 tokens per request) with ground truth on, then reports, per event, the recorder's
+//! arrival time minus the simulator's write time, both on CLOCK_MONOTONIC.
+//!
+//! usage: accuracy_bench [WINDOW_SECONDS=5] [CONCURRENCY...=1 100 1000]
+//! (run with `--release`; the figures go to BENCHMARKS.md)
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use serde_json::json;
+use tokentrace_recorder::cell::{self, CellPlan, RunCtx};
+use tokentrace_recorder::client::TokenCounting;
+use tokentrace_schemas::clock::RunClock;
+use tokentrace_schemas::reader::read_table;
+use tokentrace_schemas::tables::{ChunkKind, Chunks, Endpoint, Requests};
+use tokentrace_schemas::{CellKey, Phase};
+use tokentrace_sim::profile::Curve;
+use tokentrace_sim::truth::{TruthChunks, TruthRequests};
+use tokentrace_sim::{Profile, SimOptions, SimServer, Tokenizer};
+
+fn profile(streams: u32) -> Result<Profile, String> {
+    let mut p = Profile::load("tiny").map_err(|e| e.to_string())?;
+    p.max_num_seqs = streams;
+    p.kv_cache_tokens = 1 << 40;
+    p.max_num_batched_tokens = 1 << 20;
+    p.max_model_len = 1 << 20;
+    p.step_ms = Curve::try_from(vec![[1.0, 10.0]])?;
+    p.prefill_tokens_per_s = Curve::try_from(vec![[1.0, 1e9]])?;
+    p.prefill_overhead_ms = 40.0;
+    Ok(p)
+}
+
+fn pct(sorted: &[i64], q: f64) -> f64 {
+    if sorted.is_empty() {
+        return f64::NAN;
+    }
+    let rank = ((q * sorted.len() as f64).ceil() as usize).clamp(1, sorted.len());
+    sorted[rank - 1] as f64 / 1e6
+}
+
+async fn one(streams: u32, window: Duration) -> Result<String, String> {
+    let base = std::env::temp_dir().join(format!(
+        "tokentrace-accuracy-{}-{streams}",
+        std::process::id()
+    ));
+    let _ = std::fs::remove_dir_all(&base);
+    let truth = base.join("truth");
+    let run = base.join("run");
+    std::fs::create_dir_all(&run).map_err(|e| e.to_string())?;
+    let addr: SocketAddr = "127.0.0.1:0".parse().map_err(|e| format!("{e}"))?;
+    let sim = SimServer::start_with(
+        profile(streams)?,
+        addr,
+        SimOptions {
+            truth_dir: Some(truth.clone()),
+        },
+    )
+    .await
+    .map_err(|e| e.to_string())?;
+    let clock = RunClock::start();
+    let ctx = RunCtx {
+        client: reqwest::Client::builder()
+            .tcp_nodelay(true)
+            .pool_max_idle_per_host(4096)
+            .build()
+            .map_err(|e| e.to_string())?,
+        clock,
+        url: format!("{}/v1/completions", sim.url()),
+        endpoint: Endpoint::Completions,
+        metrics_url: Some(format!("{}/metrics", sim.url())),
+        scrape_interval: Duration::from_secs(1),
+        stall_timeout: Duration::from_secs(60),
+        warmup_timeout: Duration::from_secs(120),
+        drain_timeout: Duration::from_secs(60),
+        counting: TokenCounting::TokenIds,
+    };
+    let prompt = Tokenizer::new().prompt_of(64, 1);
+    let body = json!({"prompt": prompt, "max_tokens": 100, "stream": true, "ignore_eos": true, "return_token_ids": true,
+                      "stream_options": {"include_usage": true}})
+    .to_string();
+    let key = CellKey::new(Phase::Decode, 64, streams);
+    let plan = CellPlan {
+        key,
+        body: body.clone().into(),
+        scout_body: body.into(),
+        prompt_tokens: 64,
+        max_tokens: 100,
+        window,
+        first_request_id: 1,
+    };
+    cell::record_decode(&ctx, &plan, &run)
+        .await
+        .map_err(|e| e.to_string())?;
+    let (stats, dropped) = sim.stop().ok_or("no ground truth")?;
+    stats.map_err(|e| e.to_string())?;
+
+    let truth_requests = read_table::<TruthRequests>(&truth.join("truth_requests.parquet"))
+        .map_err(|e| e.to_string())?;
+    let truth_chunks = read_table::<TruthChunks>(&truth.join("truth_chunks.parquet"))
+        .map_err(|e| e.to_string())?;
+    let sim_id: HashMap<&str, i64> = truth_requests
+        .iter()
+        .map(|r| (r.server_request_id.as_str(), r.request_id))
+        .collect();
+    let written: HashMap<(i64, i32), i64> = truth_chunks
+        .iter()
+        .map(|c| ((c.request_id, c.seq), c.written_ns))
+        .collect();
+    let dir = key.dir(&run);
+    let requests =
+        read_table::<Requests>(&dir.join("requests.parquet")).map_err(|e| e.to_string())?;
+    let chunks = read_table::<Chunks>(&dir.join("chunks.parquet")).map_err(|e| e.to_string())?;
+    let rec_to_sim: HashMap<i64, i64> = requests
+        .iter()
+        .filter_map(|r| Some((r.request_id, *sim_id.get(r.server_request_id.as_deref()?)?)))
+        .collect();
+    let zero = clock.monotonic_at_zero();
+    let mut delay: Vec<i64> = Vec::new();
+    let mut first: Vec<i64> = Vec::new();
+    let mut queue: Vec<i64> = Vec::new();
+    for c in chunks.iter().filter(|c| c.kind == ChunkKind::Data) {
+        let Some(sid) = rec_to_sim.get(&c.request_id) else {
+            continue;
+        };
+        let Some(w) = written.get(&(*sid, c.seq)) else {
+            continue;
+        };
+        let d = c.arrival_ns - (w - zero);
+        delay.push(d);
+        if c.seq == 0 {
+            first.push(d);
+        }
+        if let Some(q) = c.queue_delay_ns {
+            queue.push(q);
+        }
+    }
+    delay.sort_unstable();
+    first.sort_unstable();
+    queue.sort_unstable();
+    let _ = std::fs::remove_dir_all(&base);
+    Ok(format!(
+        "| {streams} | {} | {:.3} | {:.3} | {:.3} | {:.3} | {:.3} | {:.3} | {dropped} |",
+        delay.len(),
+        pct(&delay, 0.5),
+        pct(&delay, 0.99),
+        pct(&delay, 1.0),
+        pct(&first, 0.5),
+        pct(&queue, 0.5),
+        pct(&queue, 0.99),
+    ))
+}
+
+fn run() -> Result<(), String> {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let window = args.first().map_or(Ok(5.0), |a| {
+        a.parse::<f64>().map_err(|e| format!("`{a}`: {e}"))
+    })?;
+    let levels: Vec<u32> = if args.len() > 1 {
+        args[1..]
+            .iter()
+            .map(|a| a.parse().map_err(|e| format!("`{a}`: {e}")))
+            .collect::<Result<_, _>>()?
+    } else {
+        vec![1, 100, 1000]
+    };
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| e.to_string())?;
+    println!(
+        "window {window} s, 10 ms steps, one token per chunk, 100 tokens per request; times in ms"
+    );
+    println!(
+        "| streams | events | arrival − write p50 | p99 | max | first event p50 | queue delay p50 | p99 | truth rows dropped |"
+    );
+    println!("|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+    for n in levels {
+        println!("{}", rt.block_on(one(n, Duration::from_secs_f64(window)))?);
+    }
+    Ok(())
+}
+
+fn main() -> ExitCode {
+    match run() {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("accuracy_bench: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
