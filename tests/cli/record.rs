@@ -260,3 +260,88 @@ fn a_killed_run_resumes_to_complete_and_keeps_committed_cells() {
         .expect("read");
     assert!(child.wait().expect("wait").success(), "{text}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_simulator_fault_is_recorded_with_its_end_reason() {
+    let mut profile = Profile::load("tiny").expect("tiny");
+    profile.faults.reset = 0.12;
+    profile.faults.http_500 = 0.06;
+    profile.faults.http_429 = 0.06;
+    profile.faults.http_503 = 0.06;
+    profile.faults.error_event = 0.15;
+    profile.faults.malformed = 0.12;
+    profile.faults.stall = 0.15;
+    profile.faults.stall_seconds = 1.0;
+    profile.faults.ping_seconds = 0.002;
+    let addr: SocketAddr = "127.0.0.1:0".parse().expect("addr");
+    let sim = SimServer::start(profile, addr).await.expect("sim");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let out = dir.path().join("run");
+    let mut opts = options(&sim.url(), &out);
+    opts.concurrency = vec![4];
+    // Faults are drawn per simulator request id (deterministic); a few dozen requests
+    // give every kind several times over.
+    opts.window = Duration::from_secs(3);
+    opts.stall_timeout = Duration::from_millis(400);
+    // The probe itself may draw a fault; the run must go on regardless.
+    let manifest = runner::record(&opts, |_| {})
+        .await
+        .expect("the run survives every fault");
+    sim.stop();
+    assert!(
+        manifest
+            .cells
+            .iter()
+            .all(|c| c.status == CellStatus::Complete),
+        "{:?}",
+        manifest.cells
+    );
+    let mut reasons: BTreeMap<String, usize> = BTreeMap::new();
+    let mut statuses = std::collections::BTreeSet::new();
+    let mut malformed = 0;
+    let mut pings = 0;
+    for (_, dir) in list_cells(&out).expect("cells") {
+        for r in read_table::<Requests>(&dir.join("requests.parquet")).expect("requests") {
+            *reasons.entry(r.end_reason.to_string()).or_default() += 1;
+            if r.end_reason == EndReason::HttpError {
+                statuses.insert(r.http_status.expect("status"));
+                assert!(r.error.is_some());
+            }
+        }
+        let chunks = read_table::<Chunks>(&dir.join("chunks.parquet")).expect("chunks");
+        malformed += chunks
+            .iter()
+            .filter(|c| {
+                c.error
+                    .as_deref()
+                    .is_some_and(|e| e.starts_with("unreadable JSON"))
+            })
+            .count();
+        pings += chunks
+            .iter()
+            .filter(|c| c.kind == tokentrace_schemas::tables::ChunkKind::Comment)
+            .count();
+    }
+    eprintln!("end reasons: {reasons:?}");
+    for reason in [
+        "http_error",
+        "disconnect",
+        "stream_error",
+        "stall_timeout",
+        "finished_length",
+        "cancelled",
+    ] {
+        assert!(
+            reasons.contains_key(reason),
+            "no `{reason}` among {reasons:?}"
+        );
+    }
+    assert_eq!(
+        statuses.into_iter().collect::<Vec<_>>(),
+        vec![429, 500, 503]
+    );
+    assert!(
+        malformed > 0 && pings > 0,
+        "malformed {malformed}, pings {pings}"
+    );
+}
