@@ -77,6 +77,7 @@ async fn one(streams: u32, window: Duration) -> Result<String, String> {
         warmup_timeout: Duration::from_secs(120),
         drain_timeout: Duration::from_secs(60),
         counting: TokenCounting::TokenIds,
+        tokens: Default::default(),
     };
     let prompt = Tokenizer::new().prompt_of(64, 1);
     let body = json!({"prompt": prompt, "max_tokens": 100, "stream": true, "ignore_eos": true, "return_token_ids": true,

@@ -5,7 +5,7 @@
 
 use std::path::Path;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use tokentrace_schemas::clock::RunClock;
@@ -59,6 +59,8 @@ pub struct RunCtx {
     pub warmup_timeout: Duration,
     pub drain_timeout: Duration,
     pub counting: TokenCounting,
+    /// Tokens written so far, for progress displays.
+    pub tokens: Arc<AtomicU64>,
 }
 
 /// One cell to record.
@@ -157,11 +159,20 @@ pub fn running_waiting(rows: &[MetricRow]) -> Option<(f64, f64)> {
     })
 }
 
-fn writer_loop(mut w: CellWriter, mut rx: mpsc::Receiver<Record>) -> Result<CellMeta, CellError> {
+fn writer_loop(
+    mut w: CellWriter,
+    mut rx: mpsc::Receiver<Record>,
+    tokens: Arc<AtomicU64>,
+) -> Result<CellMeta, CellError> {
     let mut commit = false;
     while let Some(r) = rx.blocking_recv() {
         match r {
-            Record::Chunk(c) => w.push_chunk(c)?,
+            Record::Chunk(c) => {
+                if let Some(t) = c.tokens.and_then(|t| u64::try_from(t).ok()) {
+                    tokens.fetch_add(t, Ordering::Relaxed);
+                }
+                w.push_chunk(c)?;
+            }
             Record::Raw {
                 request_id,
                 arrival_ns,
@@ -237,7 +248,8 @@ async fn start(
 > {
     let writer = CellWriter::create(run, plan.key)?;
     let (tx, rx) = mpsc::channel(WRITER_QUEUE);
-    let handle = tokio::task::spawn_blocking(move || writer_loop(writer, rx));
+    let tokens = ctx.tokens.clone();
+    let handle = tokio::task::spawn_blocking(move || writer_loop(writer, rx, tokens));
     let cell = Arc::new(Cell {
         ctx: ctx.clone(),
         plan: plan.clone(),

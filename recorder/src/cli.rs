@@ -162,6 +162,7 @@ impl RecordArgs {
             describe: self.describe.clone(),
             launch_command,
             api_key,
+            progress: Default::default(),
         })
     }
 }
@@ -180,24 +181,123 @@ pub fn run(args: &RecordArgs, rt: &tokio::runtime::Runtime) -> Result<Outcome, S
         let sim = match &args.target {
             Some(_) => None,
             None => {
-                let profile = tokentrace_sim::Profile::load(&args.sim_profile).map_err(|e| e.to_string())?;
+                let profile =
+                    tokentrace_sim::Profile::load(&args.sim_profile).map_err(|e| e.to_string())?;
                 let addr = "127.0.0.1:0".parse().map_err(|e| format!("{e}"))?;
                 let sim = tokentrace_sim::SimServer::start(profile, addr)
                     .await
                     .map_err(|e| format!("cannot start the built-in simulator: {e}"))?;
-                eprintln!("no --target: recording the built-in simulator ({}) at {}", args.sim_profile, sim.url());
+                eprintln!(
+                    "no --target: recording the built-in simulator ({}) at {}",
+                    args.sim_profile,
+                    sim.url()
+                );
                 Some(sim)
             }
         };
-        let target = args.target.clone().or_else(|| sim.as_ref().map(|s| s.url())).unwrap_or_default();
+        let target = args
+            .target
+            .clone()
+            .or_else(|| sim.as_ref().map(|s| s.url()))
+            .unwrap_or_default();
         let opts = args.options(&target)?;
+        let display = Display::new(opts.progress.clone());
         let outcome = tokio::select! {
-            r = runner::record(&opts, |line| eprintln!("{line}")) => r.map(|m| Outcome::Done(Box::new(m))).map_err(|e| e.to_string()),
+            r = runner::record(&opts, |p| display.show(p)) => {
+                r.map(|m| Outcome::Done(Box::new(m))).map_err(|e| e.to_string())
+            }
             _ = tokio::signal::ctrl_c() => Ok(Outcome::Interrupted),
         };
+        display.finish();
+
         if let Some(s) = sim {
             s.stop();
         }
         outcome
     })
+}
+
+/// Progress on the terminal: a bar for the matrix and a line for the current cell with
+/// live tok/s and time in cell (indicatif); plain lines when stderr is not a terminal.
+struct Display {
+    bars: Option<(
+        indicatif::MultiProgress,
+        indicatif::ProgressBar,
+        indicatif::ProgressBar,
+    )>,
+    ticker: Option<tokio::task::JoinHandle<()>>,
+}
+
+impl Display {
+    fn new(tokens: std::sync::Arc<std::sync::atomic::AtomicU64>) -> Self {
+        use std::io::IsTerminal;
+        if !std::io::stderr().is_terminal() {
+            return Display {
+                bars: None,
+                ticker: None,
+            };
+        }
+        let multi = indicatif::MultiProgress::new();
+        let matrix = multi.add(indicatif::ProgressBar::new(0));
+        matrix.set_style(
+            indicatif::ProgressStyle::with_template(
+                "{bar:30} {pos}/{len} cells · {elapsed} · ETA {eta}",
+            )
+            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+        );
+        let cell = multi.add(indicatif::ProgressBar::new_spinner());
+        cell.set_style(
+            indicatif::ProgressStyle::with_template("{spinner} {prefix} {msg} · {elapsed}")
+                .unwrap_or_else(|_| indicatif::ProgressStyle::default_spinner()),
+        );
+        let live = cell.clone();
+        // Live tok/s: tokens written in the last half second.
+        let ticker = tokio::spawn(async move {
+            let mut last = tokens.load(std::sync::atomic::Ordering::Relaxed);
+            let mut interval = tokio::time::interval(Duration::from_millis(500));
+            loop {
+                interval.tick().await;
+                let now = tokens.load(std::sync::atomic::Ordering::Relaxed);
+                live.set_message(format!("{:.0} tok/s", (now - last) as f64 * 2.0));
+                live.tick();
+                last = now;
+            }
+        });
+        Display {
+            bars: Some((multi, matrix, cell)),
+            ticker: Some(ticker),
+        }
+    }
+
+    fn show(&self, p: runner::Progress) {
+        let Some((multi, matrix, cell)) = &self.bars else {
+            eprintln!("{p}");
+            return;
+        };
+        match &p {
+            runner::Progress::Line(_) => {
+                let _ = multi.println(p.to_string());
+            }
+            runner::Progress::CellStart { total, key, .. } => {
+                matrix.set_length(*total as u64);
+                cell.set_prefix(key.to_string());
+                cell.reset_elapsed();
+            }
+            runner::Progress::CellEnd { total, .. } => {
+                matrix.set_length(*total as u64);
+                matrix.inc(1);
+                let _ = multi.println(p.to_string());
+            }
+        }
+    }
+
+    fn finish(&self) {
+        if let Some(t) = &self.ticker {
+            t.abort();
+        }
+        if let Some((_, matrix, cell)) = &self.bars {
+            cell.finish_and_clear();
+            matrix.finish();
+        }
+    }
 }

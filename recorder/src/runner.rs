@@ -11,7 +11,7 @@ use tokentrace_schemas::clock::RunClock;
 use tokentrace_schemas::manifest::{CellEntry, CellStatus, Manifest, RunConfig, Target, ToolInfo};
 use tokentrace_schemas::redact::{redact_command, redact_url};
 use tokentrace_schemas::tables::Endpoint;
-use tokentrace_schemas::{Phase, SCHEMA_VERSION};
+use tokentrace_schemas::{CellKey, Phase, SCHEMA_VERSION};
 
 use crate::cell::{self, CellError, CellPlan, RunCtx};
 use crate::probe::{self, ProbeError, endpoint_url, stream_body};
@@ -54,6 +54,8 @@ pub struct RecordOptions {
     pub launch_command: Option<String>,
     /// Sent as a bearer token; never written anywhere.
     pub api_key: Option<String>,
+    /// Counts tokens as they are written, for a progress display.
+    pub progress: std::sync::Arc<std::sync::atomic::AtomicU64>,
 }
 
 /// Why a run stopped.
@@ -129,10 +131,47 @@ fn http_client(api_key: Option<&str>) -> Result<reqwest::Client, RecordError> {
         .map_err(|e| RecordError::Client(e.to_string()))
 }
 
-/// Records the matrix; `log` gets one line per step (progress for the terminal).
+/// What the runner reports as it goes (for a progress bar or log lines).
+#[derive(Debug, Clone)]
+pub enum Progress {
+    /// Something to tell the user.
+    Line(String),
+    /// Cell `index` (0-based) of `total` starts recording.
+    CellStart {
+        index: usize,
+        total: usize,
+        key: CellKey,
+    },
+    /// Cell `index` is done (committed, failed or skipped); `line` says how.
+    CellEnd {
+        index: usize,
+        total: usize,
+        key: CellKey,
+        line: String,
+    },
+}
+
+impl std::fmt::Display for Progress {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Progress::Line(l) => f.write_str(l),
+            Progress::CellStart { index, total, key } => {
+                write!(f, "[{}/{total}] {key}: recording", index + 1)
+            }
+            Progress::CellEnd {
+                index,
+                total,
+                key,
+                line,
+            } => write!(f, "[{}/{total}] {key}: {line}", index + 1),
+        }
+    }
+}
+
+/// Records the matrix; `progress` hears of every step.
 pub async fn record(
     opts: &RecordOptions,
-    mut log: impl FnMut(&str),
+    mut progress: impl FnMut(Progress),
 ) -> Result<Manifest, RecordError> {
     let client = http_client(opts.api_key.as_deref())?;
     let info = probe::probe(
@@ -143,7 +182,7 @@ pub async fn record(
         opts.metrics_url.as_deref(),
     )
     .await?;
-    log(&format!(
+    progress(Progress::Line(format!(
         "server: model {} · engine {} {} · max_model_len {} · tokens counted by {}",
         info.model,
         info.engine.name.as_deref().unwrap_or("unknown"),
@@ -151,7 +190,7 @@ pub async fn record(
         info.max_model_len
             .map_or("unknown".to_string(), |m| m.to_string()),
         info.capabilities.token_counting.as_deref().unwrap_or("?"),
-    ));
+    )));
     let clock = RunClock::start();
     let mut manifest = if opts.resume {
         let m = Manifest::read(&opts.out)?;
@@ -223,6 +262,7 @@ pub async fn record(
         warmup_timeout: opts.warmup_timeout,
         drain_timeout: opts.drain_timeout,
         counting: info.counting,
+        tokens: opts.progress.clone(),
     };
     let total = manifest.cells.len();
     let mut prompts: std::collections::BTreeMap<u32, (Value, u32)> = Default::default();
@@ -230,15 +270,21 @@ pub async fn record(
         let entry = manifest.cells[i].clone();
         let key = entry.key();
         if entry.status == CellStatus::Complete && key.dir(&opts.out).join("cell.json").exists() {
-            log(&format!("[{}/{total}] {key}: complete, skipped", i + 1));
+            progress(Progress::CellEnd {
+                index: i,
+                total,
+                key,
+                line: "complete, kept".to_string(),
+            });
             continue;
         }
         if entry.status == CellStatus::Skipped {
-            log(&format!(
-                "[{}/{total}] {key}: skipped ({})",
-                i + 1,
-                entry.reason.as_deref().unwrap_or("")
-            ));
+            progress(Progress::CellEnd {
+                index: i,
+                total,
+                key,
+                line: format!("skipped ({})", entry.reason.as_deref().unwrap_or("")),
+            });
             continue;
         }
         // A committed folder the manifest did not record (a crash between the two) counts.
@@ -282,7 +328,11 @@ pub async fn record(
             window: Duration::from_nanos(u64::try_from(manifest.config.window_ns).unwrap_or(0)),
             first_request_id: (i as i64 + 1) * REQUEST_ID_STRIDE,
         };
-        log(&format!("[{}/{total}] {key}: recording", i + 1));
+        progress(Progress::CellStart {
+            index: i,
+            total,
+            key,
+        });
         let started = std::time::Instant::now();
         let result = match key.phase {
             Phase::Prefill => cell::record_prefill(&ctx, &plan, &opts.out).await,
@@ -295,11 +345,15 @@ pub async fn record(
                 manifest.cells[i].reason = (prompt_miss > 0)
                     .then(|| format!("prompt is {tokens} tokens, {prompt_miss} off the context"));
                 let rows = meta.files.get("chunks.parquet").map_or(0, |f| f.rows);
-                log(&format!(
-                    "[{}/{total}] {key}: committed, {rows} chunks in {:.1} s",
-                    i + 1,
-                    started.elapsed().as_secs_f64()
-                ));
+                progress(Progress::CellEnd {
+                    index: i,
+                    total,
+                    key,
+                    line: format!(
+                        "committed, {rows} chunks in {:.1} s",
+                        started.elapsed().as_secs_f64()
+                    ),
+                });
             }
             Err(CellError::Abandoned) => {
                 return Err(RecordError::Resume(
@@ -310,7 +364,12 @@ pub async fn record(
             Err(e) => {
                 manifest.cells[i].status = CellStatus::Failed;
                 manifest.cells[i].reason = Some(e.to_string());
-                log(&format!("[{}/{total}] {key}: FAILED: {e}", i + 1));
+                progress(Progress::CellEnd {
+                    index: i,
+                    total,
+                    key,
+                    line: format!("FAILED: {e}"),
+                });
             }
         }
         if prompt_miss > opts.prompt_tolerance {

@@ -37,6 +37,7 @@ fn options(target: &str, out: &Path) -> RecordOptions {
         describe: vec![("hardware".to_string(), "loopback".to_string())],
         launch_command: Some("vllm serve m --api-key sk-123 --port 8000".to_string()),
         api_key: None,
+        progress: Default::default(),
     }
 }
 

@@ -33,6 +33,7 @@ fn ctx(sim: &SimServer) -> RunCtx {
         warmup_timeout: Duration::from_secs(30),
         drain_timeout: Duration::from_secs(30),
         counting: TokenCounting::TokenIds,
+        tokens: Default::default(),
     }
 }
 
