@@ -209,7 +209,9 @@ pub fn run(args: &RecordArgs, rt: &tokio::runtime::Runtime) -> Result<Outcome, S
             _ = tokio::signal::ctrl_c() => Ok(Outcome::Interrupted),
         };
         display.finish();
-
+        if matches!(outcome, Ok(Outcome::Interrupted)) {
+            mark_interrupted(&opts.out);
+        }
         if let Some(s) = sim {
             s.stop();
         }
@@ -299,5 +301,26 @@ impl Display {
             cell.finish_and_clear();
             matrix.finish();
         }
+    }
+}
+
+/// After Ctrl-C: the cell that was recording (its staging folder exists, it is not
+/// complete) is marked `interrupted` in the manifest; `--resume` redoes it.
+fn mark_interrupted(run: &std::path::Path) {
+    use tokentrace_schemas::manifest::CellStatus;
+    let Ok(mut m) = Manifest::read(run) else {
+        return;
+    };
+    let staging = run.join(tokentrace_schemas::layout::STAGING_DIR);
+    let mut changed = false;
+    for c in &mut m.cells {
+        if c.status != CellStatus::Complete && staging.join(c.key().partition_path()).exists() {
+            c.status = CellStatus::Interrupted;
+            c.reason = Some("stopped by Ctrl-C while recording; --resume redoes it".to_string());
+            changed = true;
+        }
+    }
+    if changed && let Err(e) = m.write(run) {
+        eprintln!("could not mark the interrupted cell in the manifest: {e}");
     }
 }

@@ -303,6 +303,13 @@ impl CellWriter {
         }
         std::fs::rename(&staging, &target).map_err(|e| Error::io(&target, e))?;
         fsutil::sync_dir(parent)?;
+        // Tidy the now-empty staging parents (context=, phase=, .staging); a folder still
+        // holding another cell's files is not empty and stays.
+        for dir in staging.ancestors().skip(1).take(3) {
+            if std::fs::remove_dir(dir).is_err() {
+                break;
+            }
+        }
         Ok(meta)
     }
 }

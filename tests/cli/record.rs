@@ -346,3 +346,48 @@ async fn every_simulator_fault_is_recorded_with_its_end_reason() {
         "malformed {malformed}, pings {pings}"
     );
 }
+
+#[test]
+fn ctrl_c_stops_cleanly_and_resume_finishes() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let out = dir.path().join("run");
+    let mut child = record_cmd(&out, false).spawn().expect("spawn");
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while list_cells(&out).map(|c| c.len()).unwrap_or(0) < 2 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let pid = child.id().to_string();
+    let sent = Command::new("kill")
+        .args(["-INT", &pid])
+        .status()
+        .expect("kill -INT");
+    assert!(sent.success());
+    let status = child.wait().expect("wait");
+    eprintln!("record after SIGINT: {status:?}");
+    // Exit 130 when the signal came mid-run (or 0 if the run had just finished).
+    let m = Manifest::read(&out).expect("manifest");
+    if status.code() == Some(130) {
+        let interrupted: Vec<_> = m
+            .cells
+            .iter()
+            .filter(|c| c.status == CellStatus::Interrupted)
+            .collect();
+        assert!(interrupted.len() <= 1, "{:?}", m.cells);
+        for c in interrupted {
+            assert!(
+                !c.key().dir(&out).exists(),
+                "an interrupted cell is not under cells/"
+            );
+        }
+    } else {
+        assert_eq!(status.code(), Some(0));
+    }
+    assert!(record_cmd(&out, true).status().expect("resume").success());
+    let m = Manifest::read(&out).expect("manifest");
+    assert!(
+        m.cells.iter().all(|c| c.status == CellStatus::Complete),
+        "{:?}",
+        m.cells
+    );
+    assert!(!out.join(".staging").exists(), "no staging folder left");
+}
