@@ -391,3 +391,76 @@ fn ctrl_c_stops_cleanly_and_resume_finishes() {
     );
     assert!(!out.join(".staging").exists(), "no staging folder left");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unreachable_server_or_unknown_model_stops_before_anything_is_written() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let out = dir.path().join("run");
+    let err = runner::record(&options("http://127.0.0.1:9", &out), |_| {})
+        .await
+        .expect_err("unreachable");
+    assert!(
+        err.to_string().contains("cannot reach") && err.to_string().contains("--target"),
+        "{err}"
+    );
+    assert!(!out.exists(), "nothing written");
+
+    let addr: SocketAddr = "127.0.0.1:0".parse().expect("addr");
+    let sim = SimServer::start(Profile::load("tiny").expect("tiny"), addr)
+        .await
+        .expect("sim");
+    let mut opts = options(&sim.url(), &out);
+    opts.model = Some("no-such-model".to_string());
+    let err = runner::record(&opts, |_| {})
+        .await
+        .expect_err("unknown model");
+    assert!(
+        err.to_string().contains("sim-tiny") && err.to_string().contains("--model"),
+        "{err}"
+    );
+    assert!(!out.exists(), "nothing written");
+    sim.stop();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chat_prompts_are_exact_and_oversized_cells_are_skipped() {
+    let addr: SocketAddr = "127.0.0.1:0".parse().expect("addr");
+    let sim = SimServer::start(Profile::load("tiny").expect("tiny"), addr)
+        .await
+        .expect("sim");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let out = dir.path().join("run");
+    let mut opts = options(&sim.url(), &out);
+    opts.endpoint = Endpoint::Chat;
+    opts.contexts = vec![700, 16_300];
+    opts.concurrency = vec![2];
+    opts.window = Duration::from_millis(400);
+    let m = runner::record(&opts, |_| {}).await.expect("recorded");
+    sim.stop();
+    let statuses: Vec<(u32, CellStatus)> = m.cells.iter().map(|c| (c.context, c.status)).collect();
+    assert_eq!(
+        statuses,
+        vec![
+            (700, CellStatus::Complete),
+            (700, CellStatus::Complete),
+            (16_300, CellStatus::Skipped),
+            (16_300, CellStatus::Skipped)
+        ]
+    );
+    assert!(
+        m.cells[2]
+            .reason
+            .as_deref()
+            .is_some_and(|r| r.contains("max_model_len 16384"))
+    );
+    for (_, dir) in list_cells(&out).expect("cells") {
+        for r in read_table::<Requests>(&dir.join("requests.parquet")).expect("requests") {
+            assert_eq!(r.endpoint, Endpoint::Chat);
+            assert_eq!(
+                (r.prompt_tokens_requested, r.prompt_tokens_server),
+                (700, Some(700)),
+                "exact chat prompt"
+            );
+        }
+    }
+}
