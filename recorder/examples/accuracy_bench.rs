@@ -92,6 +92,7 @@ async fn one(streams: u32, window: Duration) -> Result<String, String> {
         max_tokens: 100,
         window,
         first_request_id: 1,
+        preamble: Vec::new(),
     };
     cell::record_decode(&ctx, &plan, &run)
         .await

@@ -76,6 +76,8 @@ pub struct CellPlan {
     pub window: Duration,
     /// First request id of the cell (ids are unique within the run).
     pub first_request_id: i64,
+    /// Records to write into the cell before its own (the run's probe request).
+    pub preamble: Vec<Record>,
 }
 
 struct Cell {
@@ -258,6 +260,9 @@ async fn start(
     });
     cell.event(EventKind::CellStart, None, Some(plan.key.to_string()))
         .await;
+    for r in &plan.preamble {
+        let _ = cell.tx.send(r.clone()).await;
+    }
     Ok((cell, handle))
 }
 

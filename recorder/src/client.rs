@@ -17,7 +17,7 @@ use crate::sse::SseFramer;
 pub const MAX_ERROR_BODY: usize = 64 * 1024;
 
 /// What goes to a cell's writer.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub enum Record {
     Chunk(ChunkRow),
     Raw {
@@ -44,6 +44,9 @@ pub enum TokenCounting {
     /// One token per event with text; the final usage, when sent, settles the rest on
     /// the finishing event (the EOS of a `stop` stream streams no text but counts).
     OnePerChunk,
+    /// Per event, whatever it carries: token ids, else continuous usage, else one per
+    /// text event. For streams whose server was not probed yet (the probe itself).
+    Auto,
 }
 
 /// One request to send.
@@ -72,6 +75,8 @@ struct Stream<'a> {
     last_cumulative: i32,
     /// Tokens attributed to chunks so far.
     attributed: i32,
+    /// Cumulative usage came with text events (continuous usage stats).
+    continuous: bool,
     /// The last data row, held back so a later usage chunk can settle its tokens.
     pending: Option<ChunkRow>,
     /// Told the arrival time of the first token, once.
@@ -114,6 +119,14 @@ impl Stream<'_> {
             }
         }
         let cumulative = p.usage.and_then(|u| u.completion_tokens);
+        // A final usage chunk: no text, no finish reason, only usage.
+        let is_usage_only = kind == ChunkKind::Data
+            && !p.has_text()
+            && p.finish_reason.is_none()
+            && p.usage.is_some();
+        if p.has_text() && cumulative.is_some() {
+            self.continuous = true;
+        }
         let tokens = match self.counting {
             TokenCounting::TokenIds => {
                 p.token_ids
@@ -127,15 +140,18 @@ impl Stream<'_> {
             TokenCounting::OnePerChunk => {
                 (kind == ChunkKind::Data).then(|| i32::from(p.has_text()))
             }
+            TokenCounting::Auto => match (p.token_ids, cumulative) {
+                (Some(n), _) => Some(n),
+                (None, Some(c)) if self.continuous => Some(c - self.last_cumulative),
+                _ => (kind == ChunkKind::Data).then(|| i32::from(p.has_text())),
+            },
         };
-        // A final usage chunk (no choices) in one-per-chunk mode settles the remainder on
-        // the held-back finishing row.
-        let is_usage_only = kind == ChunkKind::Data
-            && !p.has_text()
-            && p.finish_reason.is_none()
-            && p.usage.is_some();
-        if self.counting == TokenCounting::OnePerChunk
-            && is_usage_only
+        // A final usage chunk settles what one-per-chunk counting could not see (the EOS
+        // of a `stop` stream) on the held-back finishing row.
+        if matches!(
+            self.counting,
+            TokenCounting::OnePerChunk | TokenCounting::Auto
+        ) && is_usage_only
             && let (Some(total), Some(pending)) = (cumulative, self.pending.as_mut())
             && total > self.attributed
             && pending.finish_reason.is_some()
@@ -254,6 +270,7 @@ pub async fn run(
         },
         last_cumulative: 0,
         attributed: 0,
+        continuous: false,
         pending: None,
         first_token,
     };
@@ -386,4 +403,28 @@ async fn finish(st: &mut Stream<'_>, out: &mpsc::Sender<Record>, stop: Option<St
         }
     }
     let _ = out.send(Record::Request(st.row.clone())).await;
+}
+
+impl Record {
+    /// The record with its request id replaced (the probe's rows, placed in a cell).
+    pub fn with_request_id(self, id: i64) -> Record {
+        match self {
+            Record::Chunk(mut c) => {
+                c.request_id = id;
+                Record::Chunk(c)
+            }
+            Record::Raw {
+                arrival_ns, bytes, ..
+            } => Record::Raw {
+                request_id: id,
+                arrival_ns,
+                bytes,
+            },
+            Record::Request(mut q) => {
+                q.request_id = id;
+                Record::Request(q)
+            }
+            other => other,
+        }
+    }
 }

@@ -9,8 +9,10 @@ use serde_json::{Value, json};
 use tokentrace_schemas::manifest::{EngineInfo, ServerCapabilities};
 use tokentrace_schemas::tables::Endpoint;
 
-use crate::client::TokenCounting;
+use crate::client::{self, Record, RequestSpec, RunCtl, TokenCounting};
 use crate::sse::SseFramer;
+use tokentrace_schemas::clock::RunClock;
+use tokentrace_schemas::tables::Role;
 
 /// Why the run cannot start.
 #[derive(Debug, thiserror::Error)]
@@ -41,6 +43,8 @@ pub struct ServerInfo {
     pub counting: TokenCounting,
     /// The metrics URL, when it answered with Prometheus text.
     pub metrics_url: Option<String>,
+    /// The probe's own stream, recorded (request id 0 until placed in a cell).
+    pub probe_records: Vec<Record>,
 }
 
 async fn get_json(client: &reqwest::Client, url: &str) -> Result<Value, ProbeError> {
@@ -99,6 +103,7 @@ pub fn stream_body(model: &str, endpoint: Endpoint, prompt: &Value, max_tokens: 
 /// reached or does not serve `model`.
 pub async fn probe(
     client: &reqwest::Client,
+    clock: &RunClock,
     base: &str,
     model: Option<&str>,
     endpoint: Endpoint,
@@ -193,25 +198,47 @@ pub async fn probe(
         None
     };
 
-    // One short stream: does it carry token ids, or cumulative usage on every chunk?
+    // One short stream, recorded like any request (its rows go into the first cell):
+    // does it carry token ids, or cumulative usage on every text event?
     let body = stream_body(&model, endpoint, &Value::String(" hello".to_string()), 4);
-    let url = endpoint_url(base, endpoint);
+    let spec = RequestSpec {
+        request_id: 0,
+        slot: None,
+        role: Role::Probe,
+        endpoint,
+        url: endpoint_url(base, endpoint),
+        body: body.to_string().into(),
+        prompt_tokens_requested: 0,
+        max_tokens: Some(4),
+    };
+    let (tx, mut rx) = tokio::sync::mpsc::channel(1024);
+    let (_cancel_tx, cancel) = tokio::sync::watch::channel(false);
+    let ctl = RunCtl {
+        counting: TokenCounting::Auto,
+        stall_timeout: Duration::from_secs(120),
+        cancel,
+        first_token: None,
+    };
+    let collect = async {
+        let mut records = Vec::new();
+        while let Some(r) = rx.recv().await {
+            records.push(r);
+        }
+        records
+    };
+    let (records, ()) = tokio::join!(collect, async move {
+        client::run(client, &spec, ctl, clock, &tx).await;
+    });
     let (mut ids, mut usage_per_chunk) = (false, false);
-    if let Ok(resp) = client
-        .post(&url)
-        .json(&body)
-        .timeout(Duration::from_secs(120))
-        .send()
-        .await
-        && resp.status().is_success()
-        && let Ok(bytes) = resp.bytes().await
-    {
-        let mut f = SseFramer::new();
-        for ev in f.push(&bytes, 0).unwrap_or_default() {
-            let p = crate::parse::parse(&ev);
-            if p.has_text() {
-                ids |= p.token_ids.is_some();
-                usage_per_chunk |= p.usage.is_some_and(|u| u.completion_tokens.is_some());
+    let mut framer = SseFramer::new();
+    for r in &records {
+        if let Record::Raw { bytes, .. } = r {
+            for ev in framer.push(bytes, 0).unwrap_or_default() {
+                let p = crate::parse::parse(&ev);
+                if p.has_text() {
+                    ids |= p.token_ids.is_some();
+                    usage_per_chunk |= p.usage.is_some_and(|u| u.completion_tokens.is_some());
+                }
             }
         }
     }
@@ -233,7 +260,7 @@ pub async fn probe(
                 match counting {
                     TokenCounting::TokenIds => "token_ids",
                     TokenCounting::Usage => "usage",
-                    TokenCounting::OnePerChunk => "one_per_chunk",
+                    TokenCounting::OnePerChunk | TokenCounting::Auto => "one_per_chunk",
                 }
                 .to_string(),
             ),
@@ -243,6 +270,7 @@ pub async fn probe(
         engine,
         counting,
         metrics_url: metrics_ok.then_some(metrics_url),
+        probe_records: records,
     })
 }
 

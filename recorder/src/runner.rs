@@ -174,8 +174,10 @@ pub async fn record(
     mut progress: impl FnMut(Progress),
 ) -> Result<Manifest, RecordError> {
     let client = http_client(opts.api_key.as_deref())?;
+    let clock = RunClock::start();
     let info = probe::probe(
         &client,
+        &clock,
         &opts.target,
         opts.model.as_deref(),
         opts.endpoint,
@@ -191,7 +193,6 @@ pub async fn record(
             .map_or("unknown".to_string(), |m| m.to_string()),
         info.capabilities.token_counting.as_deref().unwrap_or("?"),
     )));
-    let clock = RunClock::start();
     let mut manifest = if opts.resume {
         let m = Manifest::read(&opts.out)?;
         if m.model != info.model {
@@ -266,6 +267,8 @@ pub async fn record(
     };
     let total = manifest.cells.len();
     let mut prompts: std::collections::BTreeMap<u32, (Value, u32)> = Default::default();
+    // The probe's stream goes into the first cell this session records.
+    let mut probe_records = Some(info.probe_records.clone());
     for i in 0..total {
         let entry = manifest.cells[i].clone();
         let key = entry.key();
@@ -327,6 +330,12 @@ pub async fn record(
             max_tokens: i32::try_from(manifest.config.max_tokens).unwrap_or(i32::MAX),
             window: Duration::from_nanos(u64::try_from(manifest.config.window_ns).unwrap_or(0)),
             first_request_id: (i as i64 + 1) * REQUEST_ID_STRIDE,
+            preamble: probe_records
+                .take()
+                .unwrap_or_default()
+                .into_iter()
+                .map(|r| r.with_request_id((i as i64 + 2) * REQUEST_ID_STRIDE - 1))
+                .collect(),
         };
         progress(Progress::CellStart {
             index: i,

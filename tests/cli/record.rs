@@ -97,10 +97,17 @@ async fn the_trace_agrees_with_the_simulators_ground_truth() {
         let requests = read_table::<Requests>(&dir.join("requests.parquet")).expect("requests");
         let chunks = read_table::<Chunks>(&dir.join("chunks.parquet")).expect("chunks");
         for r in &requests {
-            let sid = r.server_request_id.as_deref().expect("server id");
-            let mut truth = sent
-                .remove(&by_server_id[sid])
-                .expect("the simulator logged it");
+            let in_trace = chunks.iter().any(|c| c.request_id == r.request_id);
+            let Some(sid) = r.server_request_id.as_deref() else {
+                // Cancelled at window close before the response began: nothing to compare.
+                assert!(r.end_reason == EndReason::Cancelled && !in_trace, "{r:?}");
+                continue;
+            };
+            let sim_id = by_server_id
+                .get(sid)
+                .expect("the simulator logged the request");
+            // A request cancelled before its first event was written has no events.
+            let mut truth = sent.remove(sim_id).unwrap_or_default();
             truth.sort_unstable();
             let mut mine: Vec<_> = chunks
                 .iter()
@@ -134,18 +141,19 @@ async fn the_trace_agrees_with_the_simulators_ground_truth() {
             }
         }
     }
-    // The one request outside the trace is the recorder's capability probe (4 tokens,
-    // sent before the first cell).
-    let first = truth_requests
-        .iter()
-        .min_by_key(|r| r.arrived_ns)
-        .expect("requests");
-    assert_eq!(
-        sent.keys().copied().collect::<Vec<_>>(),
-        vec![first.request_id],
-        "requests missing from the trace"
+    assert!(
+        sent.is_empty(),
+        "requests the simulator served but the trace lacks: {}",
+        sent.len()
     );
-    assert_eq!(first.completion_tokens, 4);
+    // The capability probe is among them, recorded in the first cell.
+    let first_cell = &list_cells(&out).expect("cells")[0].1;
+    let probes = read_table::<Requests>(&first_cell.join("requests.parquet"))
+        .expect("requests")
+        .into_iter()
+        .filter(|r| r.role == tokentrace_schemas::tables::Role::Probe)
+        .count();
+    assert_eq!(probes, 1);
     assert!(compared > 200, "{compared}");
     delays.sort_unstable();
     eprintln!(
@@ -453,14 +461,20 @@ async fn chat_prompts_are_exact_and_oversized_cells_are_skipped() {
             .as_deref()
             .is_some_and(|r| r.contains("max_model_len 16384"))
     );
+    let mut with_usage = 0;
     for (_, dir) in list_cells(&out).expect("cells") {
         for r in read_table::<Requests>(&dir.join("requests.parquet")).expect("requests") {
             assert_eq!(r.endpoint, Endpoint::Chat);
-            assert_eq!(
-                (r.prompt_tokens_requested, r.prompt_tokens_server),
-                (700, Some(700)),
-                "exact chat prompt"
-            );
+            if r.role == tokentrace_schemas::tables::Role::Probe {
+                continue;
+            }
+            assert_eq!(r.prompt_tokens_requested, 700);
+            // A request cancelled before its first event has no usage to compare.
+            if let Some(server) = r.prompt_tokens_server {
+                assert_eq!(server, 700, "exact chat prompt");
+                with_usage += 1;
+            }
         }
     }
+    assert!(with_usage >= 3, "{with_usage} requests reported usage");
 }

@@ -53,6 +53,7 @@ fn plan(key: CellKey, max_tokens: i32) -> CellPlan {
         max_tokens,
         window: Duration::from_millis(600),
         first_request_id: 1_000_000,
+        preamble: Vec::new(),
     }
 }
 
