@@ -3,6 +3,7 @@
 //! folder is its only input.
 
 pub mod error;
+pub mod figures;
 pub mod run;
 
 pub use error::{Error, Result};
