@@ -44,34 +44,36 @@ fn scan(dir: &Path, file: String) -> Result<LazyFrame> {
 }
 
 fn collect(lf: LazyFrame, dir: &Path) -> Result<DataFrame> {
-    lf.collect().map_err(|source| Error::Polars {
-        path: dir.to_path_buf(),
-        source,
-    })
+    lf.collect().map_err(polars_err(dir))
 }
 
-fn scalar_i64(df: &DataFrame, col_name: &str, dir: &Path) -> Result<Option<i64>> {
-    let c = df.column(col_name).map_err(|source| Error::Polars {
+fn polars_err(dir: &Path) -> impl Fn(PolarsError) -> Error + '_ {
+    move |source| Error::Polars {
         path: dir.to_path_buf(),
         source,
-    })?;
-    let s = c.cast(&DataType::Int64).map_err(|source| Error::Polars {
-        path: dir.to_path_buf(),
-        source,
-    })?;
-    Ok(s.i64().ok().and_then(|ca| ca.get(0)))
+    }
 }
 
-fn scalar_f64(df: &DataFrame, col_name: &str, dir: &Path) -> Result<Option<f64>> {
-    let c = df.column(col_name).map_err(|source| Error::Polars {
-        path: dir.to_path_buf(),
-        source,
-    })?;
-    let s = c.cast(&DataType::Float64).map_err(|source| Error::Polars {
-        path: dir.to_path_buf(),
-        source,
-    })?;
-    Ok(s.f64().ok().and_then(|ca| ca.get(0)))
+/// The first value of a one-row frame's column, cast to `dtype`.
+fn scalar(df: &DataFrame, name: &str, dtype: &DataType, dir: &Path) -> Result<Series> {
+    df.column(name)
+        .and_then(|c| c.cast(dtype))
+        .map(|c| c.as_materialized_series().clone())
+        .map_err(polars_err(dir))
+}
+
+fn scalar_i64(df: &DataFrame, name: &str, dir: &Path) -> Result<Option<i64>> {
+    Ok(scalar(df, name, &DataType::Int64, dir)?
+        .i64()
+        .ok()
+        .and_then(|ca| ca.get(0)))
+}
+
+fn scalar_f64(df: &DataFrame, name: &str, dir: &Path) -> Result<Option<f64>> {
+    Ok(scalar(df, name, &DataType::Float64, dir)?
+        .f64()
+        .ok()
+        .and_then(|ca| ca.get(0)))
 }
 
 /// Computes the figures of the decode cell in `dir`; `None` when it has no window.

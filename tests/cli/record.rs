@@ -17,6 +17,15 @@ use tokentrace_schemas::tables::{Chunks, EndReason, Endpoint, Requests};
 use tokentrace_sim::truth::{TruthChunks, TruthRequests};
 use tokentrace_sim::{Profile, SimOptions, SimServer};
 
+/// Every cell of the run is complete.
+fn assert_complete(m: &Manifest) {
+    assert!(
+        m.cells.iter().all(|c| c.status == CellStatus::Complete),
+        "{:?}",
+        m.cells
+    );
+}
+
 fn options(target: &str, out: &Path) -> RecordOptions {
     RecordOptions {
         target: target.to_string(),
@@ -62,14 +71,7 @@ async fn the_trace_agrees_with_the_simulators_ground_truth() {
     let (stats, dropped) = sim.stop().expect("truth on");
     stats.expect("truth written");
     assert_eq!(dropped, 0);
-    assert!(
-        manifest
-            .cells
-            .iter()
-            .all(|c| c.status == CellStatus::Complete),
-        "{:?}",
-        manifest.cells
-    );
+    assert_complete(&manifest);
     assert_eq!(
         manifest.launch_command.as_deref(),
         Some("vllm serve m --api-key <redacted> --port 8000")
@@ -222,11 +224,7 @@ fn a_killed_run_resumes_to_complete_and_keeps_committed_cells() {
     let status = record_cmd(&out, true).status().expect("resume");
     assert!(status.success(), "resume ends the run");
     let m = Manifest::read(&out).expect("manifest");
-    assert!(
-        m.cells.iter().all(|c| c.status == CellStatus::Complete),
-        "{:?}",
-        m.cells
-    );
+    assert_complete(&m);
     assert_eq!(list_cells(&out).expect("cells").len(), 8);
     let after = files_of(&out);
     for (path, bytes) in &before {
@@ -297,14 +295,7 @@ async fn every_simulator_fault_is_recorded_with_its_end_reason() {
         .await
         .expect("the run survives every fault");
     sim.stop();
-    assert!(
-        manifest
-            .cells
-            .iter()
-            .all(|c| c.status == CellStatus::Complete),
-        "{:?}",
-        manifest.cells
-    );
+    assert_complete(&manifest);
     let mut reasons: BTreeMap<String, usize> = BTreeMap::new();
     let mut statuses = std::collections::BTreeSet::new();
     let mut malformed = 0;
@@ -392,11 +383,7 @@ fn ctrl_c_stops_cleanly_and_resume_finishes() {
     }
     assert!(record_cmd(&out, true).status().expect("resume").success());
     let m = Manifest::read(&out).expect("manifest");
-    assert!(
-        m.cells.iter().all(|c| c.status == CellStatus::Complete),
-        "{:?}",
-        m.cells
-    );
+    assert_complete(&m);
     assert!(!out.join(".staging").exists(), "no staging folder left");
 }
 
