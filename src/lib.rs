@@ -1,6 +1,7 @@
 //! The `tokentrace` command line: subcommands over run folders. Everything here is
 //! library code so tests call [`run`] in-process with `Cli::parse_from`.
 
+pub mod analyze;
 pub mod check;
 pub mod sim;
 
@@ -25,6 +26,15 @@ pub enum Command {
     /// Record a context × concurrency matrix (the built-in simulator when no --target is
     /// given), then verify the run folder.
     Record(Box<tokentrace_recorder::cli::RecordArgs>),
+    /// Score a run folder under a rule set and print the speed-test matrix (Markdown in
+    /// the reference layout, JSON or CSV). Exits 1 when a cell folder could not be scored.
+    Report(analyze::ReportArgs),
+    /// Score run folders under a rule set and write RUN/results/<name>@<version>.json;
+    /// the trace is never touched.
+    Rescore(analyze::RescoreArgs),
+    /// Compare two scorings (or runs) cell by cell: changed verdicts, figure changes,
+    /// cells present in one only.
+    Diff(analyze::DiffArgs),
     /// Serve the simulated inference engine (OpenAI-compatible, vLLM metrics) until Ctrl-C.
     Sim(sim::SimArgs),
 }
@@ -35,6 +45,9 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Check(args) => Ok(check::run(&args, &mut std::io::stdout().lock())?.exit_code()),
         Command::Sim(args) => sim::run(&args).map(|()| ExitCode::SUCCESS),
         Command::Record(args) => record(&args),
+        Command::Report(args) => analyze::report(&args),
+        Command::Rescore(args) => analyze::rescore(&args, &mut std::io::stdout().lock()),
+        Command::Diff(args) => analyze::diff(&args, &mut std::io::stdout().lock()),
     }
 }
 

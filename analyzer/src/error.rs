@@ -18,6 +18,26 @@ pub enum Error {
         #[source]
         source: polars::error::PolarsError,
     },
+    /// A rule set that cannot be read or makes no sense.
+    #[error("rule set {path}: {message}")]
+    Rules { path: PathBuf, message: String },
+    /// A value in the trace that the format forbids (a null in a never-null column...).
+    #[error("{path}: table {table}: {what}")]
+    BadValue {
+        path: PathBuf,
+        table: String,
+        what: String,
+    },
+    /// A results file (a scoring) that cannot be read.
+    #[error("{path}: not a tokentrace scoring: {message}")]
+    Scoring { path: PathBuf, message: String },
+    /// Writing an output failed.
+    #[error("{path}: {source}")]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
     /// A table was asked for that the format does not define.
     #[error("unknown table `{0}` (tables: requests, chunks, metrics, events)")]
     UnknownTable(String),

@@ -1,10 +1,19 @@
-//! tokentrace analyzer: reads run folders with polars and (in later layers) recomputes
-//! the speed-test matrix under versioned rule sets. It never talks to a server: the run
-//! folder is its only input.
+//! tokentrace analyzer: reads run folders with polars and recomputes the speed-test
+//! matrix under versioned rule sets: figures, verdicts with evidence, reports, diffs. It
+//! never talks to a server: the run folder is its only input.
 
+pub mod diff;
 pub mod error;
-pub mod figures;
+pub mod load;
+pub mod loops;
+pub mod presets;
+pub mod render;
+pub mod rules;
 pub mod run;
+pub mod score;
+pub mod stats;
 
 pub use error::{Error, Result};
+pub use rules::RuleSet;
 pub use run::{CellState, Run};
+pub use score::{Scoring, score, score_dir};

@@ -110,6 +110,15 @@ pub struct DecodeSpec {
     pub reasoning_share: f64,
     pub scrape_interval_ns: i64,
     pub seed: u64,
+    /// The server's running gauge (default: the concurrency).
+    pub running: Option<f64>,
+    /// The server's waiting gauge at every scrape.
+    pub waiting: f64,
+    /// The request with this index (in send order) streams this text in every event,
+    /// so that its text loops with the text as its cycle.
+    pub looping: Option<(usize, String)>,
+    /// The request with this index ends with an error event instead of finishing.
+    pub failing: Option<usize>,
 }
 
 impl DecodeSpec {
@@ -126,6 +135,10 @@ impl DecodeSpec {
             reasoning_share: 0.25,
             scrape_interval_ns: 1_000_000_000,
             seed: u64::from(key.context) * 1_000_003 + u64::from(key.concurrency),
+            running: None,
+            waiting: 0.0,
+            looping: None,
+            failing: None,
         }
     }
 }
@@ -148,8 +161,10 @@ struct Stream {
     chunks: Vec<(ChunkRow, String)>,
 }
 
+#[allow(clippy::too_many_arguments)]
 fn gen_request(
     spec: &DecodeSpec,
+    index: usize,
     vocab: &Vocab,
     rng: &mut Rng,
     id: i64,
@@ -178,6 +193,9 @@ fn gen_request(
         let mut text = String::new();
         for _ in 0..n {
             text.push_str(vocab.token(rng));
+        }
+        if let Some((_, cycle)) = spec.looping.as_ref().filter(|(i, _)| *i == index) {
+            text = cycle.clone();
         }
         done += n;
         let cum = i32::try_from(done).unwrap_or(i32::MAX);
@@ -209,8 +227,30 @@ fn gen_request(
         let jitter = 0.85 + 0.3 * rng.unit();
         t += (spec.step_ns as f64 * jitter) as i64;
     }
-    let finished = done >= u64::from(spec.max_tokens);
+    let failing = spec.failing == Some(index);
+    let finished = done >= u64::from(spec.max_tokens) && !failing;
     let end = t;
+    if failing {
+        let event =
+            "event: error\ndata: {\"error\":{\"message\":\"synthetic failure\"}}\n\n".to_string();
+        chunks.push((
+            ChunkRow {
+                request_id: id,
+                seq,
+                arrival_ns: end,
+                queue_delay_ns: Some(3_000),
+                bytes: i32::try_from(event.len()).unwrap_or(0),
+                kind: ChunkKind::Error,
+                tokens: None,
+                completion_tokens: None,
+                content: None,
+                reasoning: None,
+                finish_reason: None,
+                error: Some("synthetic failure".to_string()),
+            },
+            event,
+        ));
+    }
     if finished {
         let event = "data: [DONE]\n\n".to_string();
         chunks.push((
@@ -253,14 +293,16 @@ fn gen_request(
             first_token_ns: first_token,
             last_token_ns: last_token,
             end_ns: Some(end),
-            end_reason: if finished {
+            end_reason: if failing {
+                EndReason::StreamError
+            } else if finished {
                 EndReason::FinishedLength
             } else {
                 EndReason::Cancelled
             },
             finish_reason: finished.then(|| "length".to_string()),
             http_status: Some(200),
-            error: None,
+            error: failing.then(|| "synthetic failure".to_string()),
             server_request_id: Some(format!("chatcmpl-{id:016x}")),
         },
         chunks,
@@ -282,7 +324,16 @@ pub fn write_decode_cell(run: &Path, spec: &DecodeSpec) -> Result<CellMeta> {
             if remaining == 0 {
                 break 'outer;
             }
-            let s = gen_request(spec, &vocab, &mut rng, id, slot as i32, *t, remaining);
+            let s = gen_request(
+                spec,
+                streams.len(),
+                &vocab,
+                &mut rng,
+                id,
+                slot as i32,
+                *t,
+                remaining,
+            );
             let got = s.request.completion_tokens_server.unwrap_or(0) as u64;
             remaining = remaining.saturating_sub(got.max(1));
             *t = s.request.end_ns.unwrap_or(*t) + 100_000;
@@ -347,14 +398,14 @@ fn write_scrapes(w: &mut CellWriter, spec: &DecodeSpec, end_ns: i64) -> Result<(
             "vllm:num_requests_running",
             "vllm:num_requests_running",
             &labels,
-            n,
+            spec.running.unwrap_or(n),
             MetricType::Gauge,
         )?;
         push(
             "vllm:num_requests_waiting",
             "vllm:num_requests_waiting",
             &labels,
-            0.0,
+            spec.waiting,
             MetricType::Gauge,
         )?;
         push(

@@ -1,6 +1,6 @@
-//! Decode-cell figures from polars agree with the same figures computed row by row.
+//! Scored figures agree with the same figures computed row by row from the tables.
 
-use tokentrace_analyzer::figures::decode_figures;
+use tokentrace_analyzer::{RuleSet, score_dir};
 use tokentrace_schemas::layout::{CellKey, Phase};
 use tokentrace_schemas::reader::read_table;
 use tokentrace_schemas::synth::{self, DecodeSpec};
@@ -28,20 +28,18 @@ fn figures_match_a_row_by_row_computation() {
     let dir = tempfile::tempdir().expect("tempdir");
     let key = CellKey::new(Phase::Decode, 1024, 4);
     synth::write_decode_cell(dir.path(), &DecodeSpec::new(key, 30_000)).expect("cell");
-    let cell = key.dir(dir.path());
-    let f = decode_figures(&cell).expect("figures").expect("a window");
+    synth::manifest("figures", &[key])
+        .write(dir.path())
+        .expect("manifest");
+    let rules = RuleSet::builtin("reference").expect("built in");
+    let s = score_dir(dir.path(), &rules).expect("scored");
+    assert_eq!(s.cells.len(), 1);
+    let f = s.cells[0].figures.clone().expect("figures");
 
+    let cell = key.dir(dir.path());
     let events = read_table::<Events>(&cell.join("events.parquet")).expect("events");
-    let open = events
-        .iter()
-        .find(|e| e.kind == EventKind::WindowOpen)
-        .expect("open")
-        .time_ns;
-    let close_ns = events
-        .iter()
-        .find(|e| e.kind == EventKind::WindowClose)
-        .expect("close")
-        .time_ns;
+    let at = |k: EventKind| events.iter().find(|e| e.kind == k).expect("event").time_ns;
+    let (open, close_ns) = (at(EventKind::WindowOpen), at(EventKind::WindowClose));
     let chunks = read_table::<Chunks>(&cell.join("chunks.parquet")).expect("chunks");
     let requests = read_table::<Requests>(&cell.join("requests.parquet")).expect("requests");
     let tokens: i64 = chunks
@@ -53,21 +51,28 @@ fn figures_match_a_row_by_row_computation() {
     let window_s = (close_ns - open) as f64 / 1e9;
     let (mut ttft, mut tbt) = (Vec::new(), Vec::new());
     for r in &requests {
-        let n: i64 = chunks
+        let mine: Vec<_> = chunks
             .iter()
             .filter(|c| c.request_id == r.request_id)
-            .filter_map(|c| c.tokens)
-            .map(i64::from)
-            .sum();
-        if n > 1 {
-            let (sent, first, last) = (
-                r.sent_ns.expect("sent"),
-                r.first_token_ns.expect("first"),
-                r.last_token_ns.expect("last"),
-            );
-            ttft.push((first - sent) as f64 / 1e6);
-            tbt.push((last - first) as f64 / (n - 1) as f64 / 1e6);
+            .collect();
+        let n: i64 = mine.iter().filter_map(|c| c.tokens).map(i64::from).sum();
+        if n < 2 {
+            continue;
         }
+        // reference@0.6.2: TTFT to the first event with answer text (not reasoning).
+        let first_content = mine
+            .iter()
+            .filter(|c| c.content.as_deref().is_some_and(|t| !t.is_empty()))
+            .map(|c| c.arrival_ns)
+            .min()
+            .expect("content");
+        let sent = r.sent_ns.expect("sent");
+        ttft.push((first_content - sent) as f64 / 1e6);
+        let (first, last) = (
+            r.first_token_ns.expect("first"),
+            r.last_token_ns.expect("last"),
+        );
+        tbt.push((last - first) as f64 / (n - 1) as f64 / 1e6);
     }
     let rates: Vec<f64> = tbt.iter().map(|t| 1000.0 / t).collect();
     let completed = requests
@@ -83,23 +88,69 @@ fn figures_match_a_row_by_row_computation() {
 
     assert!(tokens > 0 && !ttft.is_empty());
     assert_eq!(f.output_tokens, tokens);
-    assert!(close(f.window_s, window_s));
-    assert!(close(f.total_tok_s, tokens as f64 / window_s));
-    assert_eq!(f.requests, ttft.len());
+    assert!(close(f.window_s.expect("window"), window_s));
     assert!(close(
-        f.ttft_ms_median.expect("ttft"),
+        f.total_tok_s.expect("rate"),
+        tokens as f64 / window_s
+    ));
+    assert_eq!(f.requests_scored, ttft.len());
+    assert!(close(
+        f.ttft_ms.median.expect("ttft"),
         median(ttft).expect("ttft")
     ));
     assert!(close(
-        f.time_between_tokens_ms_median.expect("tbt"),
+        f.time_between_tokens_ms.median.expect("tbt"),
         median(tbt).expect("tbt")
     ));
     assert!(close(
-        f.per_request_tok_s_median.expect("rate"),
+        f.per_request_tok_s.median.expect("rate"),
         median(rates).expect("rate")
     ));
-    assert_eq!(f.completed, completed);
+    assert_eq!(f.completed_requests, completed);
+    // The synthetic server gauge says 4 running throughout.
+    assert_eq!(f.active_requests, Some(4.0));
+    assert_eq!(f.active_source.as_deref(), Some("server"));
     // The synthetic cell's shape: 10 ms ± 15% steps of 2.17 tokens → ~4.6 ms per token.
-    let tbt_ms = f.time_between_tokens_ms_median.expect("tbt");
+    let tbt_ms = f.time_between_tokens_ms.median.expect("tbt");
     assert!((3.5..6.0).contains(&tbt_ms), "{tbt_ms}");
+    // Per chunk, the gaps are the step itself.
+    let itl = f.itl_ms.median.expect("itl");
+    assert!((8.5..11.5).contains(&itl), "{itl}");
+}
+
+#[test]
+fn the_rule_set_chooses_the_ttft_and_the_denominator() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let key = CellKey::new(Phase::Decode, 1024, 2);
+    // Every event carries four tokens (three drafts, all accepted).
+    let spec = DecodeSpec {
+        acceptance: 1.0,
+        ..DecodeSpec::new(key, 20_000)
+    };
+    synth::write_decode_cell(dir.path(), &spec).expect("cell");
+    synth::manifest("rules", &[key])
+        .write(dir.path())
+        .expect("manifest");
+    let figures = |name: &str| {
+        score_dir(dir.path(), &RuleSet::builtin(name).expect("rules"))
+            .expect("scored")
+            .cells[0]
+            .figures
+            .clone()
+            .expect("figures")
+    };
+    let (reference, default) = (figures("reference"), figures("default"));
+    // The synthetic streams reason first: the first content arrives ~1,024 tokens later.
+    let (r, d) = (
+        reference.ttft_ms.median.expect("ttft"),
+        default.ttft_ms.median.expect("ttft"),
+    );
+    assert!(r > d + 1000.0, "content TTFT {r} vs first-text TTFT {d}");
+    // (last − first) / (n − 4) against / (n − 1): a longer time per token.
+    let (r, d) = (
+        reference.time_between_tokens_ms.median.expect("tbt"),
+        default.time_between_tokens_ms.median.expect("tbt"),
+    );
+    assert!(d > r, "{d} vs {r}");
+    assert_eq!(reference.output_tokens, default.output_tokens);
 }

@@ -1,7 +1,13 @@
 //! Integration tests of the analyzer, one binary:
-//! - `figures`: decode-cell figures from polars agree with a row-by-row computation;
+//! - `figures`: scored figures agree with the same figures computed row by row;
+//! - `verdicts`: each verdict fires on the cell built to trigger it, with its evidence;
+//! - `rules`: built-in rule sets, `extends`, and bad rule files;
+//! - `schema`: real JSON output validates against the committed JSON Schema;
 //! - `interop`: polars reads every table arrow-rs wrote, with the Hive columns, and
 //!   incomplete cells are reported rather than read.
 
 mod figures;
 mod interop;
+mod rules;
+mod schema;
+mod verdicts;

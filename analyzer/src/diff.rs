@@ -1,0 +1,261 @@
+//! Compares two scorings cell by cell (two rule sets over one run, or two runs): changed
+//! verdicts, the relative change of every figure, and cells present in one only.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::path::Path;
+
+use serde::{Deserialize, Serialize};
+use tokentrace_schemas::layout::CellKey;
+
+use crate::error::{Error, Result};
+use crate::render::context_label;
+use crate::score::{CellScore, FORMAT, FORMAT_VERSION, Figures, Scoring};
+
+/// The figures compared, by name.
+pub const FIGURES: [&str; 11] = [
+    "total_tok_s",
+    "per_request_tok_s",
+    "ttft_ms",
+    "time_between_tokens_ms",
+    "itl_ms",
+    "e2e_latency_ms",
+    "active_requests",
+    "completed_requests",
+    "output_tokens",
+    "prompt_tok_s",
+    "window_s",
+];
+
+fn figure(f: &Figures, name: &str) -> Option<f64> {
+    match name {
+        "total_tok_s" => f.total_tok_s,
+        "per_request_tok_s" => f.per_request_tok_s.median,
+        "ttft_ms" => f.ttft_ms.median,
+        "time_between_tokens_ms" => f.time_between_tokens_ms.median,
+        "itl_ms" => f.itl_ms.median,
+        "e2e_latency_ms" => f.e2e_latency_ms.median,
+        "active_requests" => f.active_requests,
+        "completed_requests" => Some(f.completed_requests as f64),
+        "output_tokens" => Some(f.output_tokens as f64),
+        "prompt_tok_s" => f.prompt_tok_s,
+        "window_s" => f.window_s,
+        _ => None,
+    }
+}
+
+/// A figure that differs between the two sides.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct FigureChange {
+    pub figure: String,
+    pub a: Option<f64>,
+    pub b: Option<f64>,
+    /// (b − a) / |a|; null when either side is missing or a is 0.
+    pub relative: Option<f64>,
+}
+
+/// One cell present on both sides.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CellDiff {
+    pub cell: CellKey,
+    pub status_a: String,
+    pub status_b: String,
+    pub figures: Vec<FigureChange>,
+}
+
+/// The comparison.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Diff {
+    pub a: String,
+    pub b: String,
+    /// Cells whose status (verdict, or state when unscored) differs.
+    pub verdicts_changed: Vec<CellDiff>,
+    /// Cells whose status is the same but a figure differs.
+    pub figures_changed: Vec<CellDiff>,
+    pub only_in_a: Vec<CellKey>,
+    pub only_in_b: Vec<CellKey>,
+}
+
+impl Diff {
+    /// No difference at all.
+    pub fn is_empty(&self) -> bool {
+        self.verdicts_changed.is_empty()
+            && self.figures_changed.is_empty()
+            && self.only_in_a.is_empty()
+            && self.only_in_b.is_empty()
+    }
+}
+
+/// Reads a scoring written by `rescore` (or `report --format json`).
+pub fn read_scoring(path: &Path) -> Result<Scoring> {
+    let bytes = std::fs::read(path).map_err(|source| Error::Io {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    let bad = |message: String| Error::Scoring {
+        path: path.to_path_buf(),
+        message,
+    };
+    let v: serde_json::Value = serde_json::from_slice(&bytes).map_err(|e| bad(e.to_string()))?;
+    if v.get("format").and_then(|f| f.as_str()) != Some(FORMAT) {
+        return Err(bad(format!("no \"format\": \"{FORMAT}\"")));
+    }
+    match v.get("format_version").and_then(|f| f.as_u64()) {
+        Some(n) if n == u64::from(FORMAT_VERSION) => {}
+        Some(n) => {
+            return Err(bad(format!(
+                "format_version {n}; this build reads {FORMAT_VERSION}"
+            )));
+        }
+        None => return Err(bad("no format_version".to_string())),
+    }
+    serde_json::from_value(v).map_err(|e| bad(e.to_string()))
+}
+
+fn label(s: &Scoring) -> String {
+    format!("run {} scored under {}", s.run.run_id, s.rules.id())
+}
+
+/// Compares `a` with `b`; `min_relative` hides figure changes smaller than it.
+pub fn diff(a: &Scoring, b: &Scoring, min_relative: f64) -> Diff {
+    let cells = |s: &Scoring| -> BTreeMap<CellKey, CellScore> {
+        s.cells.iter().map(|c| (c.key(), c.clone())).collect()
+    };
+    let (ca, cb) = (cells(a), cells(b));
+    let mut d = Diff {
+        a: label(a),
+        b: label(b),
+        verdicts_changed: Vec::new(),
+        figures_changed: Vec::new(),
+        only_in_a: ca.keys().filter(|k| !cb.contains_key(k)).copied().collect(),
+        only_in_b: cb.keys().filter(|k| !ca.contains_key(k)).copied().collect(),
+    };
+    for (key, x) in &ca {
+        let Some(y) = cb.get(key) else { continue };
+        let default = Figures::default();
+        let (fx, fy) = (
+            x.figures.as_ref().unwrap_or(&default),
+            y.figures.as_ref().unwrap_or(&default),
+        );
+        let figures: Vec<FigureChange> = FIGURES
+            .iter()
+            .filter_map(|name| {
+                let (va, vb) = (figure(fx, name), figure(fy, name));
+                if va == vb {
+                    return None;
+                }
+                let relative = va
+                    .zip(vb)
+                    .filter(|(va, _)| *va != 0.0)
+                    .map(|(va, vb)| (vb - va) / va.abs());
+                if relative.is_some_and(|r| r.abs() < min_relative) {
+                    return None;
+                }
+                Some(FigureChange {
+                    figure: name.to_string(),
+                    a: va,
+                    b: vb,
+                    relative,
+                })
+            })
+            .collect();
+        let entry = CellDiff {
+            cell: *key,
+            status_a: x.status_label(),
+            status_b: y.status_label(),
+            figures,
+        };
+        if entry.status_a != entry.status_b {
+            d.verdicts_changed.push(entry);
+        } else if !entry.figures.is_empty() {
+            d.figures_changed.push(entry);
+        }
+    }
+    d
+}
+
+fn cell_name(k: &CellKey) -> String {
+    format!(
+        "{} {} × {}",
+        k.phase,
+        context_label(k.context),
+        k.concurrency
+    )
+}
+
+fn value(v: Option<f64>) -> String {
+    v.map(|x| {
+        format!("{x:.4}")
+            .trim_end_matches('0')
+            .trim_end_matches('.')
+            .to_string()
+    })
+    .unwrap_or_else(|| "—".to_string())
+}
+
+/// The comparison as Markdown.
+pub fn markdown(d: &Diff) -> String {
+    let mut o = String::new();
+    let _ = writeln!(o, "# Diff\n\n- A: {}\n- B: {}\n", d.a, d.b);
+    if d.is_empty() {
+        let _ = writeln!(o, "No differences.");
+        return o;
+    }
+    let _ = writeln!(o, "## Verdicts changed ({})\n", d.verdicts_changed.len());
+    if !d.verdicts_changed.is_empty() {
+        let _ = writeln!(o, "| Cell | A | B |\n|---|---|---|");
+        for c in &d.verdicts_changed {
+            let _ = writeln!(
+                o,
+                "| {} | {} | {} |",
+                cell_name(&c.cell),
+                c.status_a,
+                c.status_b
+            );
+        }
+        let _ = writeln!(o);
+    }
+    let _ = writeln!(o, "## Figures changed\n");
+    let rows: Vec<&CellDiff> = d
+        .verdicts_changed
+        .iter()
+        .chain(&d.figures_changed)
+        .filter(|c| !c.figures.is_empty())
+        .collect();
+    if rows.is_empty() {
+        let _ = writeln!(o, "None.\n");
+    } else {
+        let _ = writeln!(
+            o,
+            "| Cell | Figure | A | B | Change |\n|---|---|---|---|---|"
+        );
+        let mut sorted = rows;
+        sorted.sort_by_key(|c| c.cell);
+        for c in sorted {
+            for f in &c.figures {
+                let _ = writeln!(
+                    o,
+                    "| {} | {} | {} | {} | {} |",
+                    cell_name(&c.cell),
+                    f.figure,
+                    value(f.a),
+                    value(f.b),
+                    f.relative
+                        .map(|r| format!("{:+.2}%", r * 100.0))
+                        .unwrap_or_else(|| "—".to_string())
+                );
+            }
+        }
+        let _ = writeln!(o);
+    }
+    for (title, keys) in [("Only in A", &d.only_in_a), ("Only in B", &d.only_in_b)] {
+        if !keys.is_empty() {
+            let _ = writeln!(o, "## {title}\n");
+            for k in keys {
+                let _ = writeln!(o, "- {}", cell_name(k));
+            }
+            let _ = writeln!(o);
+        }
+    }
+    o
+}

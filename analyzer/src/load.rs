@@ -1,0 +1,553 @@
+//! The polars side of scoring: lazy scans over every complete cell of a run, reduced to
+//! the small per-request and per-cell tables the rules need (request lifecycles, token
+//! aggregates, in-window gaps, gauge samples, lifecycle events, text for loop checks).
+
+use std::collections::BTreeMap;
+
+use polars::prelude::*;
+use tokentrace_schemas::column::StrEnum;
+use tokentrace_schemas::layout::{CellKey, Phase};
+use tokentrace_schemas::tables::{EndReason, EventKind, Role};
+
+use crate::error::{Error, Result};
+use crate::run::Run;
+
+/// One request's lifecycle (from `requests`).
+#[derive(Debug, Clone)]
+pub struct RequestInfo {
+    pub request_id: i64,
+    pub key: CellKey,
+    pub role: Role,
+    pub end_reason: EndReason,
+    pub prompt_tokens_requested: i64,
+    pub prompt_tokens_server: Option<i64>,
+    pub sent_ns: Option<i64>,
+    pub end_ns: Option<i64>,
+    pub error: Option<String>,
+}
+
+/// One request's token aggregates (from `chunks`).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct TokenAgg {
+    /// Tokens over the whole stream.
+    pub tokens: i64,
+    /// Tokens that arrived inside the cell's window.
+    pub tokens_in_window: i64,
+    pub first_chunk_ns: Option<i64>,
+    /// First event with answer text.
+    pub first_content_ns: Option<i64>,
+    /// First event with answer or reasoning text.
+    pub first_text_ns: Option<i64>,
+    /// First event carrying tokens, and how many it carried.
+    pub first_token_ns: Option<i64>,
+    pub first_token_tokens: i64,
+    pub last_token_ns: Option<i64>,
+}
+
+/// One lifecycle mark.
+#[derive(Debug, Clone)]
+pub struct EventInfo {
+    pub time_ns: i64,
+    pub kind: EventKind,
+    pub detail: Option<String>,
+}
+
+/// One metric series' value at one scrape, summed over its label sets.
+#[derive(Debug, Clone)]
+pub struct Sample {
+    pub start_ns: i64,
+    pub end_ns: i64,
+    pub value: f64,
+}
+
+/// Everything of a run the rules look at, keyed by cell.
+#[derive(Debug, Default)]
+pub struct Loaded {
+    pub requests: BTreeMap<CellKey, Vec<RequestInfo>>,
+    pub tokens: BTreeMap<i64, TokenAgg>,
+    /// Per cell: gaps (ns) between consecutive token events of a request, the later one
+    /// inside the window.
+    pub gaps: BTreeMap<CellKey, Vec<i64>>,
+    /// Per cell: the recorder's queueing delay (ns) of every event inside the window.
+    pub queue_delays: BTreeMap<CellKey, Vec<i64>>,
+    pub events: BTreeMap<CellKey, Vec<EventInfo>>,
+    /// Per cell, per series name: samples in time order.
+    pub samples: BTreeMap<CellKey, BTreeMap<String, Vec<Sample>>>,
+    /// Per request: (content, reasoning) text in stream order, for requests with text.
+    pub text: BTreeMap<i64, (String, String)>,
+}
+
+fn perr(run: &Run) -> impl Fn(PolarsError) -> Error + '_ {
+    move |source| Error::Polars {
+        path: run.dir.join(tokentrace_schemas::layout::CELLS_DIR),
+        source,
+    }
+}
+
+/// Typed access to a collected frame's columns, with errors that name the column.
+struct Cols<'a> {
+    df: &'a DataFrame,
+    run: &'a Run,
+}
+
+impl Cols<'_> {
+    fn i64(&self, name: &str) -> Result<Vec<Option<i64>>> {
+        let c = self
+            .df
+            .column(name)
+            .and_then(|c| c.cast(&DataType::Int64))
+            .map_err(perr(self.run))?;
+        let ca = c.i64().map_err(perr(self.run))?;
+        Ok(ca.iter().collect())
+    }
+
+    fn f64(&self, name: &str) -> Result<Vec<Option<f64>>> {
+        let c = self
+            .df
+            .column(name)
+            .and_then(|c| c.cast(&DataType::Float64))
+            .map_err(perr(self.run))?;
+        let ca = c.f64().map_err(perr(self.run))?;
+        Ok(ca.iter().collect())
+    }
+
+    fn str(&self, name: &str) -> Result<Vec<Option<String>>> {
+        let c = self.df.column(name).map_err(perr(self.run))?;
+        let ca = c.str().map_err(perr(self.run))?;
+        Ok(ca.iter().map(|s| s.map(str::to_string)).collect())
+    }
+
+    /// The Hive columns as cell keys.
+    fn keys(&self) -> Result<Vec<Option<CellKey>>> {
+        let phase = self.str("phase")?;
+        let context = self.i64("context")?;
+        let concurrency = self.i64("concurrency")?;
+        Ok(phase
+            .into_iter()
+            .zip(context)
+            .zip(concurrency)
+            .map(|((p, c), n)| {
+                Some(CellKey::new(
+                    Phase::parse(p.as_deref()?)?,
+                    u32::try_from(c?).ok()?,
+                    u32::try_from(n?).ok()?,
+                ))
+            })
+            .collect())
+    }
+}
+
+fn bad_value(run: &Run, table: &str, what: String) -> Error {
+    Error::BadValue {
+        path: run.dir.join(tokentrace_schemas::layout::CELLS_DIR),
+        table: table.to_string(),
+        what,
+    }
+}
+
+/// Reads what scoring needs from every complete cell of `run`; `series` are the metric
+/// names to keep (the engine preset's and the recorder's own).
+pub fn load(run: &Run, series: &[String]) -> Result<Loaded> {
+    let mut out = Loaded::default();
+    let Some(requests) = run.scan("requests")? else {
+        return Ok(out);
+    };
+    let (Some(chunks), Some(metrics), Some(events)) = (
+        run.scan("chunks")?,
+        run.scan("metrics")?,
+        run.scan("events")?,
+    ) else {
+        return Ok(out);
+    };
+    load_events(run, events, &mut out)?;
+    load_requests(run, requests, &mut out)?;
+    load_chunks(run, chunks, &mut out)?;
+    load_metrics(run, metrics, series, &mut out)?;
+    Ok(out)
+}
+
+fn load_events(run: &Run, events: LazyFrame, out: &mut Loaded) -> Result<()> {
+    let df = events
+        .select([
+            col("phase"),
+            col("context"),
+            col("concurrency"),
+            col("time_ns"),
+            col("kind"),
+            col("detail"),
+        ])
+        .collect()
+        .map_err(perr(run))?;
+    let c = Cols { df: &df, run };
+    let (keys, time, kind, detail) = (
+        c.keys()?,
+        c.i64("time_ns")?,
+        c.str("kind")?,
+        c.str("detail")?,
+    );
+    for (i, ((key, time), kind)) in keys.into_iter().zip(time).zip(kind).enumerate() {
+        let (Some(key), Some(time_ns), Some(kind)) = (key, time, kind) else {
+            return Err(bad_value(
+                run,
+                "events",
+                format!("row {i}: missing cell, time or kind"),
+            ));
+        };
+        let kind = EventKind::parse(&kind)
+            .ok_or_else(|| bad_value(run, "events", format!("row {i}: unknown kind `{kind}`")))?;
+        out.events.entry(key).or_default().push(EventInfo {
+            time_ns,
+            kind,
+            detail: detail[i].clone(),
+        });
+    }
+    for v in out.events.values_mut() {
+        v.sort_by_key(|e| e.time_ns);
+    }
+    Ok(())
+}
+
+fn load_requests(run: &Run, requests: LazyFrame, out: &mut Loaded) -> Result<()> {
+    let df = requests
+        .select([
+            col("phase"),
+            col("context"),
+            col("concurrency"),
+            col("request_id"),
+            col("role"),
+            col("end_reason"),
+            col("prompt_tokens_requested"),
+            col("prompt_tokens_server"),
+            col("sent_ns"),
+            col("end_ns"),
+            col("error"),
+        ])
+        .collect()
+        .map_err(perr(run))?;
+    let c = Cols { df: &df, run };
+    let keys = c.keys()?;
+    let ids = c.i64("request_id")?;
+    let roles = c.str("role")?;
+    let ends = c.str("end_reason")?;
+    let asked = c.i64("prompt_tokens_requested")?;
+    let server = c.i64("prompt_tokens_server")?;
+    let sent = c.i64("sent_ns")?;
+    let end = c.i64("end_ns")?;
+    let error = c.str("error")?;
+    for i in 0..df.height() {
+        let bad = |what: &str| bad_value(run, "requests", format!("row {i}: {what}"));
+        let key = keys[i].ok_or_else(|| bad("missing cell columns"))?;
+        let request_id = ids[i].ok_or_else(|| bad("null request_id"))?;
+        let role = roles[i]
+            .as_deref()
+            .and_then(Role::parse)
+            .ok_or_else(|| bad("bad role"))?;
+        let end_reason = ends[i]
+            .as_deref()
+            .and_then(EndReason::parse)
+            .ok_or_else(|| bad("bad end_reason"))?;
+        out.requests.entry(key).or_default().push(RequestInfo {
+            request_id,
+            key,
+            role,
+            end_reason,
+            prompt_tokens_requested: asked[i].unwrap_or(0),
+            prompt_tokens_server: server[i],
+            sent_ns: sent[i],
+            end_ns: end[i],
+            error: error[i].clone(),
+        });
+    }
+    for v in out.requests.values_mut() {
+        v.sort_by_key(|r| r.request_id);
+    }
+    Ok(())
+}
+
+/// The window of every cell that has one, as a small frame to join chunks against.
+fn windows(run: &Run, out: &Loaded) -> Result<DataFrame> {
+    let mut map = BTreeMap::new();
+    for (key, events) in &out.events {
+        let open = events
+            .iter()
+            .filter(|e| e.kind == EventKind::WindowOpen)
+            .map(|e| e.time_ns)
+            .min();
+        let close = events
+            .iter()
+            .filter(|e| e.kind == EventKind::WindowClose)
+            .map(|e| e.time_ns)
+            .max();
+        if let (Some(o), Some(c)) = (open, close) {
+            map.insert(*key, (o, c));
+        }
+    }
+    let cols = [
+        Column::new(
+            "phase".into(),
+            map.keys().map(|k| k.phase.as_str()).collect::<Vec<_>>(),
+        ),
+        Column::new(
+            "context".into(),
+            map.keys().map(|k| i64::from(k.context)).collect::<Vec<_>>(),
+        ),
+        Column::new(
+            "concurrency".into(),
+            map.keys()
+                .map(|k| i64::from(k.concurrency))
+                .collect::<Vec<_>>(),
+        ),
+        Column::new("open".into(), map.values().map(|w| w.0).collect::<Vec<_>>()),
+        Column::new(
+            "close".into(),
+            map.values().map(|w| w.1).collect::<Vec<_>>(),
+        ),
+    ];
+    DataFrame::new(map.len(), cols.to_vec()).map_err(perr(run))
+}
+
+fn nonempty(name: &str) -> Expr {
+    col(name).is_not_null().and(col(name).neq(lit("")))
+}
+
+fn load_chunks(run: &Run, chunks: LazyFrame, out: &mut Loaded) -> Result<()> {
+    let windows = windows(run, out)?;
+    let with_window = chunks
+        .select([
+            col("phase"),
+            col("context"),
+            col("concurrency"),
+            col("request_id"),
+            col("seq"),
+            col("arrival_ns"),
+            col("queue_delay_ns"),
+            col("tokens").fill_null(lit(0)).cast(DataType::Int64),
+            col("content"),
+            col("reasoning"),
+        ])
+        .join(
+            windows.lazy(),
+            [col("phase"), col("context"), col("concurrency")],
+            [col("phase"), col("context"), col("concurrency")],
+            JoinArgs::new(JoinType::Left),
+        )
+        .with_column(
+            col("arrival_ns")
+                .gt_eq(col("open"))
+                .and(col("arrival_ns").lt_eq(col("close")))
+                .fill_null(lit(false))
+                .alias("in_window"),
+        )
+        .sort(["request_id", "seq"], SortMultipleOptions::default());
+    let has_tokens = col("tokens").gt(lit(0));
+    let agg = with_window
+        .clone()
+        .group_by([col("request_id")])
+        .agg([
+            col("tokens").sum().alias("tokens"),
+            col("tokens")
+                .filter(col("in_window"))
+                .sum()
+                .alias("tokens_in_window"),
+            col("arrival_ns").min().alias("first_chunk"),
+            col("arrival_ns")
+                .filter(nonempty("content"))
+                .min()
+                .alias("first_content"),
+            col("arrival_ns")
+                .filter(nonempty("content").or(nonempty("reasoning")))
+                .min()
+                .alias("first_text"),
+            col("arrival_ns")
+                .filter(has_tokens.clone())
+                .min()
+                .alias("first_token"),
+            col("tokens")
+                .filter(has_tokens.clone())
+                .first()
+                .alias("first_token_tokens"),
+            col("arrival_ns")
+                .filter(has_tokens.clone())
+                .max()
+                .alias("last_token"),
+        ])
+        .collect()
+        .map_err(perr(run))?;
+    let c = Cols { df: &agg, run };
+    let ids = c.i64("request_id")?;
+    let (tokens, in_window) = (c.i64("tokens")?, c.i64("tokens_in_window")?);
+    let (first_chunk, first_content, first_text) = (
+        c.i64("first_chunk")?,
+        c.i64("first_content")?,
+        c.i64("first_text")?,
+    );
+    let (first_token, first_tokens, last_token) = (
+        c.i64("first_token")?,
+        c.i64("first_token_tokens")?,
+        c.i64("last_token")?,
+    );
+    for (i, id) in ids.into_iter().enumerate() {
+        let Some(id) = id else { continue };
+        out.tokens.insert(
+            id,
+            TokenAgg {
+                tokens: tokens[i].unwrap_or(0),
+                tokens_in_window: in_window[i].unwrap_or(0),
+                first_chunk_ns: first_chunk[i],
+                first_content_ns: first_content[i],
+                first_text_ns: first_text[i],
+                first_token_ns: first_token[i],
+                first_token_tokens: first_tokens[i].unwrap_or(0),
+                last_token_ns: last_token[i],
+            },
+        );
+    }
+
+    // Gaps between consecutive token events of a request, and queueing delays, inside
+    // the window.
+    let owner: BTreeMap<i64, CellKey> = out
+        .requests
+        .values()
+        .flatten()
+        .map(|r| (r.request_id, r.key))
+        .collect();
+    let timing = with_window
+        .clone()
+        .filter(col("in_window"))
+        .select([col("request_id"), col("queue_delay_ns")])
+        .collect()
+        .map_err(perr(run))?;
+    let c = Cols { df: &timing, run };
+    for (id, delay) in c
+        .i64("request_id")?
+        .into_iter()
+        .zip(c.i64("queue_delay_ns")?)
+    {
+        if let (Some(key), Some(d)) = (id.and_then(|id| owner.get(&id)), delay) {
+            out.queue_delays.entry(*key).or_default().push(d);
+        }
+    }
+    let gaps = with_window
+        .clone()
+        .filter(has_tokens)
+        .select([
+            col("request_id"),
+            col("in_window"),
+            (col("arrival_ns") - col("arrival_ns").shift(lit(1))).alias("gap"),
+            col("request_id")
+                .eq(col("request_id").shift(lit(1)))
+                .alias("same"),
+        ])
+        .filter(col("in_window").and(col("same").fill_null(lit(false))))
+        .select([col("request_id"), col("gap")])
+        .collect()
+        .map_err(perr(run))?;
+    let c = Cols { df: &gaps, run };
+    for (id, gap) in c.i64("request_id")?.into_iter().zip(c.i64("gap")?) {
+        if let (Some(key), Some(g)) = (id.and_then(|id| owner.get(&id)), gap) {
+            out.gaps.entry(*key).or_default().push(g);
+        }
+    }
+
+    // Text of every request that has any, in stream order.
+    let text = with_window
+        .filter(
+            col("content")
+                .is_not_null()
+                .or(col("reasoning").is_not_null()),
+        )
+        .select([col("request_id"), col("content"), col("reasoning")])
+        .collect()
+        .map_err(perr(run))?;
+    let c = Cols { df: &text, run };
+    let ids = c.i64("request_id")?;
+    let content = text
+        .column("content")
+        .and_then(|c| c.str().cloned())
+        .map_err(perr(run))?;
+    let reasoning = text
+        .column("reasoning")
+        .and_then(|c| c.str().cloned())
+        .map_err(perr(run))?;
+    for ((id, c), r) in ids.into_iter().zip(content.iter()).zip(reasoning.iter()) {
+        let Some(id) = id else { continue };
+        let entry = out.text.entry(id).or_default();
+        if let Some(c) = c {
+            entry.0.push_str(c);
+        }
+        if let Some(r) = r {
+            entry.1.push_str(r);
+        }
+    }
+    Ok(())
+}
+
+/// One scrape of one series: its end time and every label set's value.
+type ScrapeValues = (i64, Vec<(String, f64)>);
+
+fn load_metrics(run: &Run, metrics: LazyFrame, series: &[String], out: &mut Loaded) -> Result<()> {
+    let Some(wanted) = series
+        .iter()
+        .map(|s| col("name").eq(lit(s.clone())))
+        .reduce(|a, b| a.or(b))
+    else {
+        return Ok(());
+    };
+    let df = metrics
+        .filter(wanted)
+        .select([
+            col("phase"),
+            col("context"),
+            col("concurrency"),
+            col("scrape_start_ns"),
+            col("scrape_end_ns"),
+            col("name"),
+            col("labels"),
+            col("value"),
+        ])
+        .collect()
+        .map_err(perr(run))?;
+    let c = Cols { df: &df, run };
+    let keys = c.keys()?;
+    let (start, end) = (c.i64("scrape_start_ns")?, c.i64("scrape_end_ns")?);
+    let (names, labels, values) = (c.str("name")?, c.str("labels")?, c.f64("value")?);
+    // (cell, name, start) -> (end, [(labels, value)]): label sets summed in label order.
+    let mut grouped: BTreeMap<(CellKey, String, i64), ScrapeValues> = BTreeMap::new();
+    for i in 0..df.height() {
+        let (Some(key), Some(s), Some(e), Some(name), Some(v)) =
+            (keys[i], start[i], end[i], names[i].clone(), values[i])
+        else {
+            return Err(bad_value(
+                run,
+                "metrics",
+                format!("row {i}: a null in a never-null column"),
+            ));
+        };
+        let entry = grouped.entry((key, name, s)).or_insert((e, Vec::new()));
+        entry.1.push((labels[i].clone().unwrap_or_default(), v));
+    }
+    for ((key, name, start_ns), (end_ns, mut values)) in grouped {
+        values.sort_by(|a, b| a.0.cmp(&b.0));
+        let value = if name == crate::score::CLIENT_LAG_METRIC {
+            // The recorder's own lag: keep the `stat="max"` summary.
+            values
+                .iter()
+                .filter(|(l, _)| l == "stat=\"max\"")
+                .map(|(_, v)| *v)
+                .fold(f64::NAN, f64::max)
+        } else {
+            values.iter().map(|(_, v)| *v).sum()
+        };
+        out.samples
+            .entry(key)
+            .or_default()
+            .entry(name)
+            .or_default()
+            .push(Sample {
+                start_ns,
+                end_ns,
+                value,
+            });
+    }
+    Ok(())
+}

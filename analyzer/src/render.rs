@@ -1,0 +1,642 @@
+//! Renders a [`Scoring`]: Markdown in the reference report's layout (header, Prefill,
+//! Sustained decode matrix, legend, All measurements, notes, footer) with its number
+//! formats, CSV with one row per cell at full precision, and the JSON document itself.
+
+use std::collections::BTreeSet;
+use std::fmt::Write as _;
+
+use tokentrace_schemas::layout::Phase;
+
+use crate::score::{CellScore, Evidence, Figures, Scoring, Verdict, Warning};
+
+/// Output formats of `report`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Format {
+    Markdown,
+    Json,
+    Csv,
+}
+
+impl Format {
+    pub fn parse(s: &str) -> Option<Format> {
+        match s {
+            "md" | "markdown" => Some(Format::Markdown),
+            "json" => Some(Format::Json),
+            "csv" => Some(Format::Csv),
+            _ => None,
+        }
+    }
+}
+
+/// Renders `s` in `format`.
+pub fn render(s: &Scoring, format: Format) -> String {
+    match format {
+        Format::Markdown => markdown(s),
+        Format::Json => json(s),
+        Format::Csv => csv(s),
+    }
+}
+
+/// The scoring as pretty JSON, newline-terminated.
+pub fn json(s: &Scoring) -> String {
+    // Serializing plain data with string keys cannot fail; fall back to an error object
+    // rather than panic if it ever did.
+    let mut out = serde_json::to_string_pretty(s)
+        .unwrap_or_else(|e| format!("{{\"error\": {:?}}}", e.to_string()));
+    out.push('\n');
+    out
+}
+
+/// `8K` for multiples of 1,024 tokens, else the plain count.
+pub fn context_label(tokens: u32) -> String {
+    if tokens >= 1024 && tokens.is_multiple_of(1024) {
+        format!("{}K", tokens / 1024)
+    } else {
+        thousands(i64::from(tokens))
+    }
+}
+
+/// `1,234,567`.
+pub fn thousands(v: i64) -> String {
+    let digits = v.unsigned_abs().to_string();
+    let mut out = String::new();
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i).is_multiple_of(3) {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    if v < 0 { format!("-{out}") } else { out }
+}
+
+/// `1,259.4` with `decimals` places.
+fn fixed(v: f64, decimals: usize) -> String {
+    let s = format!("{:.*}", decimals, v.abs());
+    let (int, frac) = s.split_once('.').unwrap_or((&s, ""));
+    let int: i64 = int.parse().unwrap_or(0);
+    let sign = if v < 0.0 && s.chars().any(|c| c.is_ascii_digit() && c != '0') {
+        "-"
+    } else {
+        ""
+    };
+    if frac.is_empty() {
+        format!("{sign}{}", thousands(int))
+    } else {
+        format!("{sign}{}.{frac}", thousands(int))
+    }
+}
+
+/// A rate as the reference shows it: `19.3K` (`20K`) from 10,000 up, else `1,259.4`;
+/// `whole` drops the decimal below 10,000 (its Prefill section: `8,773`).
+pub fn rate(v: f64, whole: bool) -> String {
+    if v >= 10_000.0 {
+        let k = format!("{:.1}", v / 1000.0);
+        let k = k.strip_suffix(".0").unwrap_or(&k);
+        format!(
+            "{}K",
+            fixed(
+                k.parse().unwrap_or(0.0),
+                if k.contains('.') { 1 } else { 0 }
+            )
+        )
+    } else {
+        fixed(v, if whole { 0 } else { 1 })
+    }
+}
+
+/// `4,454 ms`.
+pub fn ms_whole(v: f64) -> String {
+    format!("{} ms", fixed(v, 0))
+}
+
+const DASH: &str = "—";
+
+fn opt(v: Option<f64>, f: impl Fn(f64) -> String) -> String {
+    v.map(f).unwrap_or_else(|| DASH.to_string())
+}
+
+fn shown(c: &CellScore) -> Option<&Figures> {
+    c.figures
+        .as_ref()
+        .filter(|_| c.verdict.is_some_and(Verdict::shows_figures))
+}
+
+fn range_label(values: &[u32], label: impl Fn(u32) -> String) -> String {
+    match (values.first(), values.last()) {
+        (Some(a), Some(b)) if a != b => format!("{}–{}", label(*a), label(*b)),
+        (Some(a), _) => label(*a),
+        _ => DASH.to_string(),
+    }
+}
+
+fn markdown(s: &Scoring) -> String {
+    let mut o = String::new();
+    let r = &s.run;
+    let contexts: Vec<u32> = s
+        .cells
+        .iter()
+        .filter(|c| c.phase == Phase::Decode)
+        .map(|c| c.context)
+        .collect::<BTreeSet<_>>()
+        .into_iter()
+        .collect();
+    let levels: Vec<u32> = s
+        .cells
+        .iter()
+        .filter(|c| c.phase == Phase::Decode)
+        .map(|c| c.concurrency)
+        .collect::<BTreeSet<_>>()
+        .into_iter()
+        .collect();
+    let prefill: Vec<&CellScore> = s
+        .cells
+        .iter()
+        .filter(|c| c.phase == Phase::Prefill)
+        .collect();
+    let engine = r.engine.as_deref().unwrap_or("unknown engine");
+    let version = r.engine_version.as_deref().unwrap_or("unknown version");
+    let _ = writeln!(o, "# Speed test matrix\n");
+    let _ = writeln!(
+        o,
+        "**{}** on {}\n",
+        r.model,
+        r.hardware.as_deref().unwrap_or("unspecified hardware")
+    );
+    let mut subtitle = format!(
+        "{engine} · {version} · {} contexts ({}) × {} concurrency levels ({})",
+        contexts.len(),
+        range_label(&contexts, context_label),
+        levels.len(),
+        range_label(&levels, |n| n.to_string())
+    );
+    if !prefill.is_empty() {
+        let at: Vec<String> = prefill.iter().map(|c| context_label(c.context)).collect();
+        let _ = write!(subtitle, " · prefill at {}", at.join(", "));
+    }
+    let _ = writeln!(o, "{subtitle}\n");
+
+    let described: Vec<(&String, &String)> = r
+        .engine_details
+        .iter()
+        .filter(|(k, _)| k.starts_with("describe."))
+        .collect();
+    let _ = writeln!(o, "## Hardware\n");
+    let _ = writeln!(
+        o,
+        "- Hardware: {}",
+        r.hardware.as_deref().unwrap_or("not described")
+    );
+    for (k, v) in &described {
+        let k = k.trim_start_matches("describe.");
+        if k != "hardware" {
+            let _ = writeln!(o, "- {k}: {v}");
+        }
+    }
+    let _ = writeln!(o, "\n## Engine\n");
+    let _ = writeln!(o, "- Engine: {engine}");
+    let _ = writeln!(o, "- Version: {version}");
+    for (k, v) in r
+        .engine_details
+        .iter()
+        .filter(|(k, _)| !k.starts_with("describe."))
+    {
+        let _ = writeln!(o, "- {k}: {v}");
+    }
+    let _ = writeln!(o, "\n## Run\n");
+    let _ = writeln!(o, "- Run: {}", r.run_id);
+    let _ = writeln!(o, "- Started: {}", r.started_utc);
+    let _ = writeln!(o, "- Served model: {}", r.model);
+    let _ = writeln!(o, "- Target: {}", r.target);
+    let _ = writeln!(o, "- Endpoint: {}", r.endpoint);
+    let _ = writeln!(o, "- Benchmark tool: {}", r.recorded_by);
+    let _ = writeln!(o, "- Decode test: Fixed duration");
+    let _ = writeln!(o, "- Prefill mode: Cold scout request per context");
+    let _ = writeln!(o, "- Time per measurement: {} s", fixed(r.window_s, 1));
+    let _ = writeln!(
+        o,
+        "- Max output: {} tokens",
+        thousands(i64::from(r.max_tokens))
+    );
+    let _ = writeln!(
+        o,
+        "- ignore_eos: {}",
+        if r.ignore_eos { "yes" } else { "no" }
+    );
+    let _ = writeln!(
+        o,
+        "- Token counting: {}",
+        r.token_counting.as_deref().unwrap_or("unknown")
+    );
+    let _ = writeln!(
+        o,
+        "- Server metrics: {}",
+        match r.server_metrics {
+            Some(true) => format!("yes ({} names)", s.metrics.name),
+            Some(false) => "no (client-side evidence only)".to_string(),
+            None => "not probed".to_string(),
+        }
+    );
+    if let Some(cmd) = &r.launch_command {
+        let _ = writeln!(o, "\n## Launch command\n\n```\n{cmd}\n```");
+    }
+
+    if !prefill.is_empty() {
+        let _ = writeln!(o, "\n## Prefill\n\nprompt tok/s by context length\n");
+        let _ = writeln!(
+            o,
+            "| Context | Prompt tok/s | TTFT | Status |\n|---|---|---|---|"
+        );
+        for c in &prefill {
+            let f = shown(c);
+            let _ = writeln!(
+                o,
+                "| {} | {} | {} | {} |",
+                context_label(c.context),
+                opt(f.and_then(|f| f.prompt_tok_s), |v| rate(v, true)),
+                opt(f.and_then(|f| f.ttft_ms.median), ms_whole),
+                c.status_label()
+            );
+        }
+    }
+
+    if !contexts.is_empty() {
+        let _ = writeln!(
+            o,
+            "\n## Sustained decode\n\ntotal tok/s · rows are context length, columns are simultaneous requests\n"
+        );
+        let _ = write!(o, "| Context |");
+        for n in &levels {
+            let _ = write!(o, " {n} |");
+        }
+        let _ = writeln!(o, "\n|---|{}", "---|".repeat(levels.len()));
+        for ctx in &contexts {
+            let _ = write!(o, "| {} |", context_label(*ctx));
+            for n in &levels {
+                let cell = s
+                    .cells
+                    .iter()
+                    .find(|c| c.phase == Phase::Decode && c.context == *ctx && c.concurrency == *n);
+                let text = match cell {
+                    None => DASH.to_string(),
+                    Some(c) => match (c.verdict, shown(c)) {
+                        (Some(v), Some(f)) => {
+                            let mut parts = vec![opt(f.total_tok_s, |x| rate(x, false))];
+                            if v != Verdict::Valid {
+                                parts.push(v.label().to_string());
+                            }
+                            parts.push(format!("{} TTFT", opt(f.ttft_ms.median, ms_whole)));
+                            parts.join(" · ")
+                        }
+                        _ => c.status_label(),
+                    },
+                };
+                let _ = write!(o, " {text} |");
+            }
+            let _ = writeln!(o);
+        }
+        let _ = writeln!(
+            o,
+            "\nRequests queued: the server could not run all requests at once, so some waited in a queue. \
+             Looped: the model kept repeating the same text, so this measurement was discarded. \
+             Error: a stream failed or disconnected inside the window, so this measurement was discarded."
+        );
+        if !prefill.is_empty() {
+            let _ = writeln!(
+                o,
+                "TTFT is measured after the prefill scout warmed the server's prompt cache, so it mostly excludes prefill."
+            );
+        }
+    }
+
+    let _ = writeln!(o, "\n## All measurements\n");
+    let _ = writeln!(
+        o,
+        "Latencies are medians. Total tok/s is output across all simultaneous requests.\n"
+    );
+    let _ = writeln!(
+        o,
+        "| Phase | Context | Requests at once | Status | Total tok/s | Per request tok/s | TTFT | Time between tokens | Average active requests | Completed requests | Output tokens | Measured for |"
+    );
+    let _ = writeln!(o, "|---|---|---|---|---|---|---|---|---|---|---|---|");
+    for c in &s.cells {
+        let f = shown(c);
+        let row = match c.phase {
+            Phase::Prefill => [
+                "Prefill".to_string(),
+                context_label(c.context),
+                c.concurrency.to_string(),
+                c.status_label(),
+                opt(f.and_then(|f| f.prompt_tok_s), |v| rate(v, false)),
+                DASH.to_string(),
+                opt(f.and_then(|f| f.ttft_ms.median), ms_whole),
+                DASH.to_string(),
+                DASH.to_string(),
+                f.map(|f| thousands(f.completed_requests))
+                    .unwrap_or_else(|| DASH.to_string()),
+                DASH.to_string(),
+                DASH.to_string(),
+            ],
+            Phase::Decode => [
+                "Sustained decode".to_string(),
+                context_label(c.context),
+                c.concurrency.to_string(),
+                c.status_label(),
+                opt(f.and_then(|f| f.total_tok_s), |v| rate(v, false)),
+                opt(f.and_then(|f| f.per_request_tok_s.median), |v| fixed(v, 1)),
+                opt(f.and_then(|f| f.ttft_ms.median), ms_whole),
+                opt(f.and_then(|f| f.time_between_tokens_ms.median), |v| {
+                    format!("{} ms", fixed(v, 1))
+                }),
+                opt(f.and_then(|f| f.active_requests), |v| fixed(v, 1)),
+                f.map(|f| thousands(f.completed_requests))
+                    .unwrap_or_else(|| DASH.to_string()),
+                f.map(|f| thousands(f.output_tokens))
+                    .unwrap_or_else(|| DASH.to_string()),
+                opt(f.and_then(|f| f.window_s), |v| format!("{} s", fixed(v, 1))),
+            ],
+        };
+        let _ = writeln!(o, "| {} |", row.join(" | "));
+    }
+
+    let notes: Vec<String> = s.cells.iter().flat_map(cell_notes).collect();
+    if !notes.is_empty() {
+        let _ = writeln!(o, "\n## Notes\n");
+        for n in notes {
+            let _ = writeln!(o, "- {n}");
+        }
+    }
+    let _ = writeln!(
+        o,
+        "\n---\n\nScored by {} under rule set {} {} · run {}",
+        s.scored_by, s.rules.name, s.rules.version, r.run_id
+    );
+    o
+}
+
+fn cell_name(c: &CellScore) -> String {
+    match c.phase {
+        Phase::Prefill => format!("Prefill {}", context_label(c.context)),
+        Phase::Decode => format!("Decode {} × {}", context_label(c.context), c.concurrency),
+    }
+}
+
+fn g(v: f64) -> String {
+    fixed(v, if v.fract() == 0.0 { 0 } else { 2 })
+}
+
+/// One line per verdict reason and warning of a cell, for the Notes section.
+fn cell_notes(c: &CellScore) -> Vec<String> {
+    let name = cell_name(c);
+    let mut out = Vec::new();
+    if c.verdict.is_none() {
+        out.push(format!(
+            "{name}: {}{}",
+            c.status_label(),
+            c.reason
+                .as_deref()
+                .map(|r| format!(" — {r}"))
+                .unwrap_or_default()
+        ));
+    }
+    for e in &c.evidence {
+        let line = match e {
+            Evidence::FailedStream {
+                request_id,
+                role,
+                end_reason,
+                error,
+                end_s,
+            } => format!(
+                "Error: {role} request {request_id} ended `{end_reason}`{}{}",
+                end_s
+                    .map(|s| format!(" at {} s", fixed(s, 2)))
+                    .unwrap_or_default(),
+                error
+                    .as_deref()
+                    .map(|e| format!(": {}", e.replace(['\n', '|'], " ")))
+                    .unwrap_or_default()
+            ),
+            Evidence::Missing { what } => format!("Error: {what}"),
+            Evidence::Loop(l) => format!(
+                "Looped: {} request {} repeats {} characters {} times ({} characters) in its {} from character {}",
+                l.role,
+                l.request_id,
+                thousands(l.cycle_chars as i64),
+                l.cycles,
+                thousands(l.span_chars as i64),
+                l.channel.as_str(),
+                thousands(l.start_char as i64)
+            ),
+            Evidence::WarmupNotReady { detail } => {
+                format!("Requests queued: warm-up never reached readiness ({detail})")
+            }
+            Evidence::RunningNeverReachedN {
+                metric,
+                max,
+                concurrency,
+            } => format!(
+                "Requests queued: `{metric}` never reached {concurrency} (max {})",
+                g(*max)
+            ),
+            Evidence::RunningMeanBelow {
+                metric,
+                mean,
+                threshold,
+                samples,
+            } => format!(
+                "Requests queued: mean `{metric}` {} below {} over {samples} scrapes",
+                fixed(*mean, 2),
+                g(*threshold)
+            ),
+            Evidence::WaitingMeanAbove {
+                metric,
+                mean,
+                threshold,
+                samples,
+            } => format!(
+                "Requests queued: mean `{metric}` {} above {} over {samples} scrapes",
+                fixed(*mean, 2),
+                g(*threshold)
+            ),
+            Evidence::WaitingSampleAbove {
+                metric,
+                value,
+                threshold,
+                at_s,
+                samples_above,
+                samples,
+            } => format!(
+                "Requests queued: `{metric}` was {} (above {}) {} s into the window; {samples_above} of {samples} scrapes above",
+                g(*value),
+                g(*threshold),
+                fixed(*at_s, 2)
+            ),
+        };
+        out.push(format!("{name}: {line}"));
+    }
+    if c.evidence_omitted > 0 {
+        out.push(format!(
+            "{name}: {} more evidence items in the JSON scoring's count",
+            c.evidence_omitted
+        ));
+    }
+    for w in &c.warnings {
+        let line = match w {
+            Warning::ClientLag {
+                tick_lateness_max_ms,
+                queue_delay_p99_ms,
+                tick_threshold_ms,
+                queue_threshold_ms,
+            } => format!(
+                "warning: the recorder lagged (tick lateness max {} ms, limit {}; chunk queueing p99 {} ms, limit {}): its timings may be distorted",
+                opt(*tick_lateness_max_ms, |v| fixed(v, 2)),
+                g(*tick_threshold_ms),
+                opt(*queue_delay_p99_ms, |v| fixed(v, 3)),
+                g(*queue_threshold_ms)
+            ),
+            Warning::SuspectedLoop(l) => format!(
+                "warning: suspected loop, {} request {} repeats {} characters {} times ({} characters) in its {}",
+                l.role,
+                l.request_id,
+                thousands(l.cycle_chars as i64),
+                l.cycles,
+                thousands(l.span_chars as i64),
+                l.channel.as_str()
+            ),
+            Warning::NoServerMetrics { missing } => format!(
+                "warning: no server samples of {} inside the window: queueing not judged from the server; active requests counted by the client",
+                missing
+                    .iter()
+                    .map(|m| format!("`{m}`"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+            Warning::DrainIncomplete { detail } => {
+                format!("warning: the server did not drain after the cell ({detail})")
+            }
+        };
+        out.push(format!("{name}: {line}"));
+    }
+    out
+}
+
+/// Columns of the CSV output, in order.
+pub const CSV_COLUMNS: [&str; 22] = [
+    "run_id",
+    "rules",
+    "phase",
+    "context",
+    "concurrency",
+    "state",
+    "verdict",
+    "total_tok_s",
+    "per_request_tok_s_median",
+    "ttft_ms_median",
+    "time_between_tokens_ms_median",
+    "itl_ms_median",
+    "e2e_latency_ms_median",
+    "active_requests",
+    "active_source",
+    "completed_requests",
+    "output_tokens",
+    "requests_scored",
+    "window_s",
+    "prompt_tokens",
+    "prompt_tok_s",
+    "warnings",
+];
+
+fn csv_field(s: &str) -> String {
+    if s.contains([',', '"', '\n', '\r']) {
+        format!("\"{}\"", s.replace('"', "\"\""))
+    } else {
+        s.to_string()
+    }
+}
+
+fn num(v: Option<f64>) -> String {
+    v.map(|x| x.to_string()).unwrap_or_default()
+}
+
+fn csv(s: &Scoring) -> String {
+    let mut o = CSV_COLUMNS.join(",");
+    o.push('\n');
+    for c in &s.cells {
+        let f = c.figures.as_ref();
+        let verdict = c
+            .verdict
+            .map(|v| {
+                serde_json::to_value(v)
+                    .ok()
+                    .and_then(|j| j.as_str().map(str::to_string))
+                    .unwrap_or_default()
+            })
+            .unwrap_or_default();
+        let warnings: Vec<String> = c
+            .warnings
+            .iter()
+            .filter_map(|w| {
+                serde_json::to_value(w)
+                    .ok()
+                    .and_then(|j| j.get("kind").and_then(|k| k.as_str().map(str::to_string)))
+            })
+            .collect();
+        let fields = [
+            s.run.run_id.clone(),
+            s.rules.id(),
+            c.phase.to_string(),
+            c.context.to_string(),
+            c.concurrency.to_string(),
+            c.state.clone(),
+            verdict,
+            num(f.and_then(|f| f.total_tok_s)),
+            num(f.and_then(|f| f.per_request_tok_s.median)),
+            num(f.and_then(|f| f.ttft_ms.median)),
+            num(f.and_then(|f| f.time_between_tokens_ms.median)),
+            num(f.and_then(|f| f.itl_ms.median)),
+            num(f.and_then(|f| f.e2e_latency_ms.median)),
+            num(f.and_then(|f| f.active_requests)),
+            f.and_then(|f| f.active_source.clone()).unwrap_or_default(),
+            f.map(|f| f.completed_requests.to_string())
+                .unwrap_or_default(),
+            f.map(|f| f.output_tokens.to_string()).unwrap_or_default(),
+            f.map(|f| f.requests_scored.to_string()).unwrap_or_default(),
+            num(f.and_then(|f| f.window_s)),
+            f.and_then(|f| f.prompt_tokens)
+                .map(|v| v.to_string())
+                .unwrap_or_default(),
+            num(f.and_then(|f| f.prompt_tok_s)),
+            warnings.join(";"),
+        ];
+        let row: Vec<String> = fields.iter().map(|x| csv_field(x)).collect();
+        o.push_str(&row.join(","));
+        o.push('\n');
+    }
+    o
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn numbers_as_the_reference_writes_them() {
+        assert_eq!(rate(19_312.0, false), "19.3K");
+        assert_eq!(rate(19_980.0, false), "20K");
+        assert_eq!(rate(8_773.0, false), "8,773.0");
+        assert_eq!(rate(8_773.0, true), "8,773");
+        assert_eq!(rate(1_259.44, false), "1,259.4");
+        assert_eq!(rate(244.6, false), "244.6");
+        assert_eq!(rate(123_456.0, false), "123.5K");
+        assert_eq!(ms_whole(4_454.4), "4,454 ms");
+        assert_eq!(ms_whole(93.0), "93 ms");
+        assert_eq!(fixed(30.0, 1), "30.0");
+        assert_eq!(fixed(-0.04, 1), "0.0");
+        assert_eq!(fixed(-2.5, 1), "-2.5");
+        assert_eq!(thousands(196_574), "196,574");
+        assert_eq!(thousands(0), "0");
+        assert_eq!(context_label(8192), "8K");
+        assert_eq!(context_label(1_043_456), "1019K");
+        assert_eq!(context_label(300), "300");
+    }
+}

@@ -1,0 +1,354 @@
+//! Rule sets: every methodological choice of the analyzer (which TTFT, which requests,
+//! which median, when a cell is queued or looped) as a named, versioned TOML document.
+//! Two are built in (`reference` 0.6.2 and `default`); a file may extend one of them.
+
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+use tokentrace_schemas::column::StrEnum;
+
+use crate::error::{Error, Result};
+
+/// The built-in rule sets: (name, version, TOML text).
+pub const BUILTIN: [(&str, &str, &str); 2] = [
+    (
+        "reference",
+        "0.6.2",
+        include_str!("../rules/reference-0.6.2.toml"),
+    ),
+    ("default", "1.0.0", include_str!("../rules/default.toml")),
+];
+
+/// Which arrival counts as a request's first token.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FirstToken {
+    /// The first SSE event of any kind (a role-only delta counts).
+    FirstChunk,
+    /// The first event with answer text.
+    FirstContent,
+    /// The first event with answer or reasoning text.
+    FirstContentOrReasoning,
+}
+
+/// Which decode requests the per-request medians use.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RequestScope {
+    /// Every warm-up and measured request of the cell.
+    All,
+    /// Requests sent before the window closed that ended after it opened.
+    OverlappingWindow,
+}
+
+/// The denominator of a request's time between tokens.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TbtDenominator {
+    /// tokens − 1, whatever the first event carried.
+    TokensMinusOne,
+    /// Tokens that arrived after the first token event.
+    TokensAfterFirstEvent,
+}
+
+/// How a median is taken of an even number of values.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum MedianMethod {
+    /// Mean of the two middle values.
+    Midpoint,
+    /// The lower middle value.
+    Lower,
+    /// The upper middle value.
+    Upper,
+}
+
+/// How a percentile is taken.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PercentileMethod {
+    /// Linear interpolation between closest ranks (numpy's default).
+    Linear,
+    /// The smallest value with at least p% of values at or below it.
+    NearestRank,
+    /// The value at floor((n − 1) · p).
+    Lower,
+}
+
+/// Where "average active requests" comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ActiveSource {
+    /// Mean of the server's running gauge over the scrapes inside the window (the
+    /// client's count when the server has no such gauge).
+    Server,
+    /// Time-weighted number of open streams inside the window.
+    Client,
+}
+
+/// Which requests an error must come from to invalidate the cell.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ErrorScope {
+    /// Requests that ended inside the window.
+    Window,
+    /// Any warm-up or measured request of the cell.
+    Cell,
+}
+
+/// A text channel of the stream.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Channel {
+    Content,
+    Reasoning,
+}
+
+impl Channel {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Channel::Content => "content",
+            Channel::Reasoning => "reasoning",
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TtftRules {
+    pub first: FirstToken,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RequestRules {
+    pub scope: RequestScope,
+    pub min_tokens: u32,
+    pub tbt_denominator: TbtDenominator,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StatsRules {
+    pub median: MedianMethod,
+    pub percentile: PercentileMethod,
+    /// Percentiles (0–100) reported in JSON next to the medians.
+    pub percentiles: Vec<f64>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ActiveRules {
+    pub source: ActiveSource,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct QueuedRules {
+    /// Queued when the readiness warm-up gave up.
+    pub warmup_not_ready: bool,
+    /// Queued when the running gauge never reached N.
+    pub running_never_reached_n: bool,
+    /// Queued when the running gauge's mean is below this fraction of N (absent: off).
+    pub running_mean_below_fraction: Option<f64>,
+    /// Queued when the waiting gauge's mean is above this (absent: off).
+    pub waiting_mean_above: Option<f64>,
+    /// Queued when any scrape's waiting gauge is above this (absent: off).
+    pub waiting_max_above: Option<f64>,
+    /// The running-gauge checks apply from this concurrency up.
+    pub min_concurrency: u32,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LoopRules {
+    pub channels: Vec<Channel>,
+    /// A loop repeats its cycle back to back at least this many times...
+    pub min_cycles: u32,
+    /// ...over at least this many characters (Unicode scalar values).
+    pub min_span_chars: u32,
+    /// Longest cycle looked for.
+    pub max_cycle_chars: u32,
+    /// Compare text with every digit replaced by 0 (lines differing by a number repeat).
+    pub normalize_digits: bool,
+    /// A cycle of whitespace only is not a loop.
+    pub ignore_whitespace_cycles: bool,
+    /// Check warm-up requests too (a loop during warm-up invalidates the cell).
+    pub include_warmup: bool,
+    /// A repetition with at least this many cycles...
+    pub suspect_min_cycles: u32,
+    /// ...over at least this many characters, short of a loop, is a warning.
+    pub suspect_min_span_chars: u32,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ErrorRules {
+    pub scope: ErrorScope,
+    /// `requests.end_reason` values that count as a failed stream.
+    pub end_reasons: Vec<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ClientLagRules {
+    /// Warn when the recorder's 1 ms tick was ever later than this inside the window.
+    pub tick_lateness_max_ms: f64,
+    /// Warn when the 99th percentile of the chunk queueing delay is above this.
+    pub queue_delay_p99_ms: f64,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MetricRules {
+    /// `auto` (from the manifest's engine), `vllm`, `sglang`, `tgi`, `llama.cpp`, `none`.
+    pub preset: String,
+    /// Overrides of the preset's metric names, by role.
+    pub running: Option<String>,
+    pub waiting: Option<String>,
+    pub generated_tokens: Option<String>,
+    pub prompt_tokens: Option<String>,
+    pub kv_cache_usage: Option<String>,
+    pub preemptions: Option<String>,
+}
+
+/// A complete rule set.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RuleSet {
+    pub name: String,
+    pub version: String,
+    pub description: String,
+    pub ttft: TtftRules,
+    pub requests: RequestRules,
+    pub stats: StatsRules,
+    pub active: ActiveRules,
+    pub queued: QueuedRules,
+    pub looped: LoopRules,
+    pub error: ErrorRules,
+    pub client_lag: ClientLagRules,
+    pub metrics: MetricRules,
+}
+
+impl RuleSet {
+    /// `name@version`, as results files are named.
+    pub fn id(&self) -> String {
+        format!("{}@{}", self.name, self.version)
+    }
+
+    /// A built-in rule set by `name` or `name@version`.
+    pub fn builtin(name: &str) -> Option<RuleSet> {
+        let (n, v) = name.split_once('@').unwrap_or((name, ""));
+        let (_, _, text) = BUILTIN
+            .iter()
+            .find(|(bn, bv, _)| *bn == n && (v.is_empty() || *bv == v))?;
+        // The built-in texts are tested to parse; a failure here is a build defect.
+        parse(text, Path::new(n)).ok()
+    }
+
+    /// A rule set from a file path, or else a built-in name (`reference`,
+    /// `reference@0.6.2`, `default`).
+    pub fn load(spec: &str) -> Result<RuleSet> {
+        let path = Path::new(spec);
+        if path.is_file() {
+            let text = std::fs::read_to_string(path).map_err(|e| Error::Rules {
+                path: path.to_path_buf(),
+                message: e.to_string(),
+            })?;
+            return parse(&text, path);
+        }
+        RuleSet::builtin(spec).ok_or_else(|| Error::Rules {
+            path: PathBuf::from(spec),
+            message: format!(
+                "no such file, and not a built-in rule set (built in: {})",
+                BUILTIN
+                    .iter()
+                    .map(|(n, v, _)| format!("{n}@{v}"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+        })
+    }
+
+    fn check(&self, path: &Path) -> Result<()> {
+        let bad = |message: String| Error::Rules {
+            path: path.to_path_buf(),
+            message,
+        };
+        if self.name.is_empty() || self.name.contains(['/', '@', '\\']) {
+            return Err(bad(format!(
+                "name `{}` must be non-empty without / \\ @",
+                self.name
+            )));
+        }
+        if self.version.is_empty() || self.version.contains(['/', '\\']) {
+            return Err(bad(format!(
+                "version `{}` must be non-empty without / \\",
+                self.version
+            )));
+        }
+        if let Some(p) = self
+            .stats
+            .percentiles
+            .iter()
+            .find(|p| !(0.0..=100.0).contains(*p))
+        {
+            return Err(bad(format!("stats.percentiles: {p} is not within 0–100")));
+        }
+        if self.looped.min_cycles < 2 || self.looped.suspect_min_cycles < 2 {
+            return Err(bad("looped: cycles must be at least 2".to_string()));
+        }
+        if self.looped.max_cycle_chars == 0 {
+            return Err(bad("looped.max_cycle_chars must be positive".to_string()));
+        }
+        for r in &self.error.end_reasons {
+            if tokentrace_schemas::tables::EndReason::parse(r).is_none() {
+                return Err(bad(format!("error.end_reasons: unknown end reason `{r}`")));
+            }
+        }
+        crate::presets::Preset::for_rules(&self.metrics, None).map_err(bad)?;
+        Ok(())
+    }
+}
+
+/// Parses a rule set; `extends = "NAME"` takes a built-in set and overrides what the
+/// file gives, key by key.
+pub fn parse(text: &str, path: &Path) -> Result<RuleSet> {
+    let bad = |message: String| Error::Rules {
+        path: path.to_path_buf(),
+        message,
+    };
+    let mut table: toml::Table = text
+        .parse()
+        .map_err(|e: toml::de::Error| bad(e.to_string()))?;
+    if let Some(base) = table.remove("extends") {
+        let base_name = base
+            .as_str()
+            .ok_or_else(|| bad("extends must be a string".to_string()))?;
+        let (_, _, base_text) = BUILTIN
+            .iter()
+            .find(|(n, v, _)| *n == base_name || format!("{n}@{v}") == base_name)
+            .ok_or_else(|| bad(format!("extends: no built-in rule set `{base_name}`")))?;
+        let mut merged: toml::Table = base_text
+            .parse()
+            .map_err(|e: toml::de::Error| bad(e.to_string()))?;
+        merge(&mut merged, table);
+        table = merged;
+    }
+    let rules: RuleSet = toml::Value::Table(table)
+        .try_into()
+        .map_err(|e: toml::de::Error| bad(e.to_string()))?;
+    rules.check(path)?;
+    Ok(rules)
+}
+
+fn merge(base: &mut toml::Table, over: toml::Table) {
+    for (k, v) in over {
+        match (base.get_mut(&k), v) {
+            (Some(toml::Value::Table(b)), toml::Value::Table(o)) => merge(b, o),
+            (_, v) => {
+                base.insert(k, v);
+            }
+        }
+    }
+}

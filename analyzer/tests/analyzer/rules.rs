@@ -1,0 +1,104 @@
+//! Built-in rule sets load and differ only where documented; files may extend them;
+//! bad files are refused with the file and the reason.
+
+use std::path::Path;
+
+use tokentrace_analyzer::rules::{BUILTIN, FirstToken, RuleSet, parse};
+
+#[test]
+fn built_in_sets_load_by_name_and_version() {
+    for (name, version, _) in BUILTIN {
+        let r = RuleSet::builtin(name).expect("built in");
+        assert_eq!((r.name.as_str(), r.version.as_str()), (name, version));
+        assert_eq!(
+            RuleSet::builtin(&format!("{name}@{version}")),
+            Some(r.clone())
+        );
+        assert_eq!(RuleSet::load(name).expect("load"), r);
+    }
+    assert_eq!(RuleSet::builtin("reference@9.9"), None);
+    let r = RuleSet::builtin("reference").expect("reference");
+    assert_eq!(r.id(), "reference@0.6.2");
+    assert_eq!(r.ttft.first, FirstToken::FirstContent);
+    assert_eq!(r.looped.min_cycles, 4);
+    assert_eq!(r.looped.min_span_chars, 4096);
+    assert_eq!(r.queued.running_mean_below_fraction, Some(0.95));
+    assert_eq!(r.queued.waiting_max_above, Some(0.0));
+}
+
+#[test]
+fn every_difference_of_the_default_set_is_documented() {
+    let text = BUILTIN
+        .iter()
+        .find(|(n, _, _)| *n == "default")
+        .map(|(_, _, t)| *t)
+        .expect("default");
+    let reference = serde_json::to_value(RuleSet::builtin("reference").expect("r")).expect("j");
+    let default = serde_json::to_value(RuleSet::builtin("default").expect("d")).expect("j");
+    let mut differing = Vec::new();
+    for (section, values) in default.as_object().expect("object") {
+        if ["name", "version", "description"].contains(&section.as_str()) {
+            continue;
+        }
+        for (k, v) in values.as_object().expect("section") {
+            if reference[section][k] != *v {
+                differing.push(format!("{section}.{k}"));
+            }
+        }
+    }
+    assert_eq!(
+        differing,
+        [
+            "queued.waiting_max_above",
+            "queued.waiting_mean_above",
+            "requests.scope",
+            "requests.tbt_denominator",
+            "ttft.first",
+        ]
+    );
+    // One "differs:" comment per differing setting (waiting_max/mean share one).
+    assert_eq!(text.matches("# differs:").count(), differing.len() - 1);
+}
+
+#[test]
+fn bad_rule_files_name_the_file_and_the_problem() {
+    let cases = [
+        ("name = \"x\"", "missing field"),
+        ("extends = \"nope\"", "no built-in rule set `nope`"),
+        (
+            "extends = \"reference\"\nbogus = 1",
+            "unknown field `bogus`",
+        ),
+        (
+            "extends = \"reference\"\n[ttft]\nfirst = \"last\"",
+            "unknown variant `last`",
+        ),
+        (
+            "extends = \"reference\"\n[error]\nend_reasons = [\"oops\"]",
+            "unknown end reason `oops`",
+        ),
+        (
+            "extends = \"reference\"\n[metrics]\npreset = \"triton\"",
+            "unknown preset `triton`",
+        ),
+        (
+            "extends = \"reference\"\nname = \"a/b\"",
+            "must be non-empty",
+        ),
+        ("this is not toml", "rule set"),
+    ];
+    for (text, want) in cases {
+        let err = parse(text, Path::new("my-rules.toml"))
+            .expect_err(text)
+            .to_string();
+        assert!(err.contains("my-rules.toml"), "{err}");
+        assert!(err.contains(want), "{text}: {err}");
+    }
+    let err = RuleSet::load("/no/such/rules.toml")
+        .expect_err("missing")
+        .to_string();
+    assert!(
+        err.contains("/no/such/rules.toml") && err.contains("reference@0.6.2"),
+        "{err}"
+    );
+}

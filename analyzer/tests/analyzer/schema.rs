@@ -1,0 +1,64 @@
+//! The JSON scoring validates against the committed schema (analyzer/schema/), and the
+//! schema is strict enough to refuse a scoring with an unknown or missing field.
+
+use tokentrace_analyzer::{RuleSet, render, score_dir};
+use tokentrace_schemas::layout::{CellKey, Phase};
+use tokentrace_schemas::synth::{self, DecodeSpec};
+
+fn validator() -> jsonschema::Validator {
+    let text = include_str!("../../schema/scoring.schema.json");
+    let schema: serde_json::Value = serde_json::from_str(text).expect("schema is JSON");
+    jsonschema::validator_for(&schema).expect("schema compiles")
+}
+
+#[test]
+fn real_output_validates_and_the_schema_is_strict() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let keys = [
+        CellKey::new(Phase::Decode, 1024, 1),
+        CellKey::new(Phase::Decode, 1024, 2),
+        CellKey::new(Phase::Decode, 1024, 4),
+    ];
+    synth::write_decode_cell(dir.path(), &DecodeSpec::new(keys[0], 5_000)).expect("cell");
+    synth::write_decode_cell(
+        dir.path(),
+        &DecodeSpec {
+            failing: Some(0),
+            looping: Some((1, "over and over and over again, ".to_string())),
+            waiting: 1.0,
+            ..DecodeSpec::new(keys[1], 9_000)
+        },
+    )
+    .expect("cell");
+    // The third cell is listed but never recorded: an unscored cell.
+    let mut m = synth::manifest("schema", &keys);
+    m.cells[2].status = tokentrace_schemas::manifest::CellStatus::Skipped;
+    m.cells[2].reason = Some("over max_model_len".to_string());
+    m.write(dir.path()).expect("manifest");
+    let v = validator();
+    for rules in ["reference", "default"] {
+        let s = score_dir(dir.path(), &RuleSet::builtin(rules).expect("rules")).expect("scored");
+        let json: serde_json::Value = serde_json::from_str(&render::json(&s)).expect("json");
+        let errors: Vec<String> = v.iter_errors(&json).map(|e| e.to_string()).collect();
+        assert!(errors.is_empty(), "{rules}: {errors:#?}");
+        // Every kind of evidence this run produces is in it.
+        let evidence = json["cells"][1]["evidence"].to_string();
+        for rule in ["failed_stream", "loop", "waiting_mean_above"] {
+            assert!(evidence.contains(rule), "{evidence}");
+        }
+        assert_eq!(json["cells"][2]["state"], "skipped");
+
+        let mut extra = json.clone();
+        extra["cells"][0]["figures"]["surprise"] = 1.into();
+        assert!(!v.is_valid(&extra));
+        let mut missing = json.clone();
+        missing["cells"][1]["evidence"][0]
+            .as_object_mut()
+            .expect("object")
+            .remove("request_id");
+        assert!(!v.is_valid(&missing));
+        let mut wrong = json.clone();
+        wrong["cells"][0]["verdict"] = "fine".into();
+        assert!(!v.is_valid(&wrong));
+    }
+}

@@ -1,0 +1,168 @@
+//! Each verdict fires on the synthetic cell built to trigger it, carries its evidence,
+//! and leaves the other cells valid; thresholds come from the rule set.
+
+use std::path::Path;
+
+use tokentrace_analyzer::rules::{Channel, parse};
+use tokentrace_analyzer::score::{Evidence, Scoring, Verdict, Warning};
+use tokentrace_analyzer::{RuleSet, score_dir};
+use tokentrace_schemas::layout::{CellKey, Phase};
+use tokentrace_schemas::synth::{self, DecodeSpec};
+
+const CYCLE: &str = "and then the model says the very same sentence once again. ";
+
+fn key(concurrency: u32) -> CellKey {
+    CellKey::new(Phase::Decode, 2048, concurrency)
+}
+
+/// Five decode cells: valid, failing, looping, waiting 0.2 on average, running short.
+fn write_run(dir: &Path) {
+    let specs = [
+        DecodeSpec::new(key(1), 6_000),
+        DecodeSpec {
+            failing: Some(1),
+            ..DecodeSpec::new(key(2), 12_000)
+        },
+        DecodeSpec {
+            looping: Some((2, CYCLE.to_string())),
+            ..DecodeSpec::new(key(3), 15_000)
+        },
+        DecodeSpec {
+            waiting: 0.2,
+            ..DecodeSpec::new(key(4), 15_000)
+        },
+        DecodeSpec {
+            running: Some(4.0),
+            ..DecodeSpec::new(key(8), 20_000)
+        },
+    ];
+    for s in &specs {
+        synth::write_decode_cell(dir, s).expect("cell");
+    }
+    let keys: Vec<CellKey> = specs.iter().map(|s| s.key).collect();
+    synth::manifest("verdicts", &keys)
+        .write(dir)
+        .expect("manifest");
+}
+
+fn verdicts(s: &Scoring) -> Vec<(u32, Option<Verdict>)> {
+    s.cells.iter().map(|c| (c.concurrency, c.verdict)).collect()
+}
+
+#[test]
+fn each_rule_fires_on_its_cell_with_evidence() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    write_run(dir.path());
+    let s = score_dir(dir.path(), &RuleSet::builtin("reference").expect("rules")).expect("scored");
+    assert_eq!(
+        verdicts(&s),
+        vec![
+            (1, Some(Verdict::Valid)),
+            (2, Some(Verdict::Error)),
+            (3, Some(Verdict::Looped)),
+            (4, Some(Verdict::RequestsQueued)),
+            (8, Some(Verdict::RequestsQueued)),
+        ]
+    );
+    let cell = |n: u32| s.cells.iter().find(|c| c.concurrency == n).expect("cell");
+    assert!(cell(1).evidence.is_empty());
+    match &cell(2).evidence[..] {
+        [
+            Evidence::FailedStream {
+                end_reason, error, ..
+            },
+        ] => {
+            assert_eq!(end_reason, "stream_error");
+            assert_eq!(error.as_deref(), Some("synthetic failure"));
+        }
+        other => panic!("{other:?}"),
+    }
+    let loops: Vec<_> = cell(3)
+        .evidence
+        .iter()
+        .map(|e| match e {
+            Evidence::Loop(l) => l,
+            other => panic!("{other:?}"),
+        })
+        .collect();
+    // Both channels of the looping request repeat the cycle.
+    assert_eq!(
+        loops.iter().map(|l| l.channel).collect::<Vec<_>>(),
+        vec![Channel::Content, Channel::Reasoning]
+    );
+    for l in &loops {
+        assert_eq!(l.cycle_chars, CYCLE.chars().count());
+        assert!(l.cycles >= 4 && l.span_chars >= 4096, "{l:?}");
+        assert!(CYCLE.contains(l.cycle_excerpt.trim()), "{l:?}");
+    }
+    // Waiting 0.2 at every scrape: the mean and the samples are above 0.
+    let rules: Vec<&str> = cell(4)
+        .evidence
+        .iter()
+        .map(|e| match e {
+            Evidence::WaitingMeanAbove { .. } => "mean",
+            Evidence::WaitingSampleAbove { .. } => "sample",
+            other => panic!("{other:?}"),
+        })
+        .collect();
+    assert_eq!(rules, ["mean", "sample"]);
+    match &cell(8).evidence[..] {
+        [
+            Evidence::RunningNeverReachedN {
+                max, concurrency, ..
+            },
+            Evidence::RunningMeanBelow {
+                mean, threshold, ..
+            },
+        ] => {
+            assert_eq!((*max, *concurrency), (4.0, 8));
+            assert_eq!((*mean, *threshold), (4.0, 7.6));
+        }
+        other => panic!("{other:?}"),
+    }
+    // A looped or failed cell shows no throughput in the report; its figures stay in JSON.
+    assert!(
+        cell(3)
+            .figures
+            .as_ref()
+            .is_some_and(|f| f.output_tokens > 0)
+    );
+}
+
+#[test]
+fn thresholds_are_parameters() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    write_run(dir.path());
+    // The default rule set wants half a request waiting on average: 0.2 is not queued.
+    let s = score_dir(dir.path(), &RuleSet::builtin("default").expect("rules")).expect("scored");
+    assert_eq!(s.cells[3].verdict, Some(Verdict::Valid));
+    // A loop needs 4,096 characters; at 10 million the looping cell is only suspected.
+    let lenient = parse(
+        "name = \"lenient\"\nversion = \"1\"\nextends = \"reference\"\n\
+         [looped]\nmin_span_chars = 10000000\nsuspect_min_span_chars = 1024\n",
+        Path::new("lenient.toml"),
+    )
+    .expect("rules");
+    let s = score_dir(dir.path(), &lenient).expect("scored");
+    assert_eq!(s.cells[2].verdict, Some(Verdict::Valid));
+    assert!(
+        s.cells[2]
+            .warnings
+            .iter()
+            .any(|w| matches!(w, Warning::SuspectedLoop(_))),
+        "{:?}",
+        s.cells[2].warnings
+    );
+    // Errors only from the window vs any request: the same here (all in the window).
+    assert_eq!(s.cells[1].verdict, Some(Verdict::Error));
+}
+
+#[test]
+fn scoring_is_deterministic() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    write_run(dir.path());
+    let rules = RuleSet::builtin("reference").expect("rules");
+    let a = tokentrace_analyzer::render::json(&score_dir(dir.path(), &rules).expect("a"));
+    let b = tokentrace_analyzer::render::json(&score_dir(dir.path(), &rules).expect("b"));
+    assert_eq!(a, b);
+}

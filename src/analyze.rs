@@ -1,0 +1,188 @@
+//! `tokentrace report`, `rescore` and `diff`: the analyzer's commands. They read run
+//! folders (never a server), score them under a named rule set, and print or write the
+//! result; the trace itself is never modified.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use anyhow::{Context, bail};
+use tokentrace_analyzer::render::{self, Format};
+use tokentrace_analyzer::score::{Scoring, Verdict};
+use tokentrace_analyzer::{RuleSet, diff, score_dir};
+
+/// The rule set used when none is given.
+pub const DEFAULT_RULES: &str = "default";
+
+fn format(s: &str) -> Result<Format, String> {
+    Format::parse(s).ok_or_else(|| format!("`{s}`: expected md, json or csv"))
+}
+
+/// Arguments of `tokentrace report`.
+#[derive(Debug, clap::Args)]
+pub struct ReportArgs {
+    /// The run folder (the one holding manifest.json).
+    pub run: PathBuf,
+    /// Rule set: a TOML file, or a built-in name (default, reference, reference@0.6.2).
+    #[arg(long, default_value = DEFAULT_RULES)]
+    pub rules: String,
+    /// Output format: md (the reference layout), json (the full scoring) or csv.
+    #[arg(long, value_parser = format, default_value = "md")]
+    pub format: Format,
+    /// Write the report to this file instead of standard output.
+    #[arg(long)]
+    pub out: Option<PathBuf>,
+}
+
+/// Arguments of `tokentrace rescore`.
+#[derive(Debug, clap::Args)]
+pub struct RescoreArgs {
+    /// Run folders to score; each gets RUN/results/<name>@<version>.json.
+    #[arg(required = true)]
+    pub runs: Vec<PathBuf>,
+    /// Rule set: a TOML file, or a built-in name (default, reference, reference@0.6.2).
+    #[arg(long, default_value = DEFAULT_RULES)]
+    pub rules: String,
+}
+
+/// Arguments of `tokentrace diff`.
+#[derive(Debug, clap::Args)]
+pub struct DiffArgs {
+    /// A run folder, or a scoring written by `rescore` (RUN/results/NAME@VERSION.json).
+    pub a: PathBuf,
+    /// The other side, likewise.
+    pub b: PathBuf,
+    /// Rule set to score A with when A is a run folder.
+    #[arg(long, default_value = DEFAULT_RULES)]
+    pub rules: String,
+    /// Rule set to score B with when B is a run folder [default: the one for A].
+    #[arg(long)]
+    pub rules_b: Option<String>,
+    /// Hide figure changes smaller than this relative change (0.01 = 1%).
+    #[arg(long, default_value_t = 0.0)]
+    pub min_change: f64,
+    /// Output format: md or json.
+    #[arg(long, value_parser = format, default_value = "md")]
+    pub format: Format,
+}
+
+fn rules(spec: &str) -> anyhow::Result<RuleSet> {
+    Ok(RuleSet::load(spec)?)
+}
+
+fn scored(run: &Path, rules: &RuleSet) -> anyhow::Result<Scoring> {
+    score_dir(run, rules).with_context(|| format!("cannot score {}", run.display()))
+}
+
+/// Tells on stderr which cells could not be scored because their folder is damaged or
+/// incomplete; true when there were any.
+fn report_damage(run: &Path, s: &Scoring) -> bool {
+    let bad: Vec<_> = s.cells.iter().filter(|c| c.state == "incomplete").collect();
+    for c in &bad {
+        eprintln!(
+            "tokentrace: {}: cell {} context={} concurrency={} not scored: {}",
+            run.display(),
+            c.phase,
+            c.context,
+            c.concurrency,
+            c.reason.as_deref().unwrap_or("incomplete")
+        );
+    }
+    !bad.is_empty()
+}
+
+fn write_out(path: Option<&Path>, text: &str) -> anyhow::Result<()> {
+    match path {
+        Some(p) => tokentrace_schemas::fsutil::write_atomic(p, text.as_bytes())
+            .with_context(|| format!("cannot write {}", p.display())),
+        None => {
+            let mut out = std::io::stdout().lock();
+            out.write_all(text.as_bytes())
+                .and_then(|()| out.flush())
+                .context("cannot write to standard output")
+        }
+    }
+}
+
+/// `tokentrace report`: exit 0, or 1 when some cell folder could not be scored (the
+/// report still lists it, with the reason).
+pub fn report(args: &ReportArgs) -> anyhow::Result<ExitCode> {
+    let rules = rules(&args.rules)?;
+    let s = scored(&args.run, &rules)?;
+    write_out(args.out.as_deref(), &render::render(&s, args.format))?;
+    Ok(if report_damage(&args.run, &s) {
+        ExitCode::FAILURE
+    } else {
+        ExitCode::SUCCESS
+    })
+}
+
+/// Where `rescore` writes a run's scoring under `rules`.
+pub fn results_path(run: &Path, rules: &RuleSet) -> PathBuf {
+    run.join("results").join(format!("{}.json", rules.id()))
+}
+
+/// `tokentrace rescore`: writes each run's scoring next to (never into) its trace.
+pub fn rescore(args: &RescoreArgs, out: &mut impl Write) -> anyhow::Result<ExitCode> {
+    let rules = rules(&args.rules)?;
+    let mut damaged = false;
+    for run in &args.runs {
+        let s = scored(run, &rules)?;
+        damaged |= report_damage(run, &s);
+        let path = results_path(run, &rules);
+        let dir = run.join("results");
+        std::fs::create_dir_all(&dir)
+            .with_context(|| format!("cannot create {}", dir.display()))?;
+        write_out(Some(&path), &render::json(&s))?;
+        let count = |v: Verdict| s.cells.iter().filter(|c| c.verdict == Some(v)).count();
+        let unscored = s.cells.iter().filter(|c| c.verdict.is_none()).count();
+        writeln!(
+            out,
+            "{}: {} cells: {} valid, {} requests queued, {} looped, {} error, {} not scored",
+            path.display(),
+            s.cells.len(),
+            count(Verdict::Valid),
+            count(Verdict::RequestsQueued),
+            count(Verdict::Looped),
+            count(Verdict::Error),
+            unscored
+        )
+        .context("cannot write to standard output")?;
+    }
+    Ok(if damaged {
+        ExitCode::FAILURE
+    } else {
+        ExitCode::SUCCESS
+    })
+}
+
+fn side(path: &Path, rules_spec: &str) -> anyhow::Result<Scoring> {
+    if path.is_dir() {
+        scored(path, &rules(rules_spec)?)
+    } else if path.is_file() {
+        Ok(diff::read_scoring(path)?)
+    } else {
+        bail!("{}: no such run folder or scoring file", path.display())
+    }
+}
+
+/// `tokentrace diff`: prints the comparison; exit 0 whether or not they differ.
+pub fn diff(args: &DiffArgs, out: &mut impl Write) -> anyhow::Result<ExitCode> {
+    if args.format == Format::Csv {
+        bail!("diff prints md or json");
+    }
+    let a = side(&args.a, &args.rules)?;
+    let b = side(&args.b, args.rules_b.as_deref().unwrap_or(&args.rules))?;
+    let d = diff::diff(&a, &b, args.min_change);
+    let text = match args.format {
+        Format::Json => {
+            let mut t = serde_json::to_string_pretty(&d).context("cannot encode the diff")?;
+            t.push('\n');
+            t
+        }
+        _ => diff::markdown(&d),
+    };
+    out.write_all(text.as_bytes())
+        .context("cannot write to standard output")?;
+    Ok(ExitCode::SUCCESS)
+}
