@@ -195,10 +195,15 @@ fn markdown(s: &Scoring) -> String {
     let _ = writeln!(o, "\n## Engine\n");
     let _ = writeln!(o, "- Engine: {engine}");
     let _ = writeln!(o, "- Version: {version}");
+    // Details that only repeat the name and version above are left out.
+    let repeats = |k: &str, v: &str| {
+        (k == "engine" || k == "name") && Some(v) == r.engine.as_deref()
+            || k == "version" && Some(v) == r.engine_version.as_deref()
+    };
     for (k, v) in r
         .engine_details
         .iter()
-        .filter(|(k, _)| !k.starts_with("describe."))
+        .filter(|(k, v)| !k.starts_with("describe.") && !repeats(k, v))
     {
         let _ = writeln!(o, "- {k}: {v}");
     }

@@ -1,8 +1,13 @@
 //! End-to-end tests of the `tokentrace` command line, one binary:
 //! - `check`: a sound run passes; damaged, incomplete and missing cells are named and fail;
 //! - `record`: recording the simulator: ground truth agrees, a killed run resumes, no secret on disk;
+//! - `report`: golden reports byte for byte, rescore + diff of a one-threshold change,
+//!   bad input named with a non-zero exit;
+//! - `truth`: the analyzer's figures agree within 1% with the simulator's ground truth;
 //! - `sim`: the simulator subcommand starts, says where it listens, serves, and refuses bad profiles.
 
 mod check;
 mod record;
+mod report;
 mod sim;
+mod truth;

@@ -1,0 +1,316 @@
+//! `report`, `rescore` and `diff` end to end: golden reports of the committed runs are
+//! reproduced byte for byte; rescoring with a one-threshold change changes exactly the
+//! cells designed to change; bad input is named and exits non-zero without a panic.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use clap::Parser;
+use tokentrace::{Cli, run};
+
+const RUNS: [&str; 2] = ["sim-completions", "sim-chat"];
+/// (rule set, format) of every expected report.
+const EXPECTED: [(&str, &str); 4] = [
+    ("default", "md"),
+    ("reference", "md"),
+    ("default", "json"),
+    ("default", "csv"),
+];
+
+fn fixtures() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/runs")
+}
+
+fn report_to(run: &Path, rules: &str, format: &str, out: &Path) -> std::process::ExitCode {
+    let cli = Cli::parse_from([
+        "tokentrace",
+        "report",
+        run.to_str().expect("utf-8"),
+        "--rules",
+        rules,
+        "--format",
+        format,
+        "--out",
+        out.to_str().expect("utf-8"),
+    ]);
+    run_ok(cli)
+}
+
+fn run_ok(cli: Cli) -> std::process::ExitCode {
+    run(cli).expect("command runs")
+}
+
+/// The committed runs' reports, rendered twice, equal the committed expected files.
+/// `UPDATE_GOLDEN=1` rewrites the expected files instead (check them by eye).
+#[test]
+fn golden_reports_are_reproduced_byte_for_byte() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let update = std::env::var_os("UPDATE_GOLDEN").is_some();
+    for name in RUNS {
+        let run_dir = fixtures().join(name);
+        for (rules, format) in EXPECTED {
+            let expected = fixtures()
+                .join("expected")
+                .join(format!("{name}.{rules}.{format}"));
+            let (a, b) = (tmp.path().join("a"), tmp.path().join("b"));
+            assert_eq!(
+                report_to(&run_dir, rules, format, &a),
+                std::process::ExitCode::SUCCESS
+            );
+            assert_eq!(
+                report_to(&run_dir, rules, format, &b),
+                std::process::ExitCode::SUCCESS
+            );
+            let (a, b) = (std::fs::read(a).expect("a"), std::fs::read(b).expect("b"));
+            assert_eq!(a, b, "{name} {rules} {format}: two renders differ");
+            if update {
+                std::fs::create_dir_all(expected.parent().expect("parent")).expect("mkdir");
+                std::fs::write(&expected, &a).expect("write golden");
+                continue;
+            }
+            let want = std::fs::read(&expected).unwrap_or_else(|e| {
+                panic!("{}: {e} (UPDATE_GOLDEN=1 writes it)", expected.display())
+            });
+            assert!(
+                a == want,
+                "{name} {rules} {format} differs from {}:\n{}",
+                expected.display(),
+                String::from_utf8_lossy(&a)
+            );
+        }
+    }
+}
+
+fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).expect("mkdir");
+    for entry in std::fs::read_dir(from).expect("read_dir") {
+        let entry = entry.expect("entry");
+        let target = to.join(entry.file_name());
+        if entry.file_type().expect("type").is_dir() {
+            copy_dir(&entry.path(), &target);
+        } else {
+            std::fs::copy(entry.path(), target).expect("copy");
+        }
+    }
+}
+
+fn files_of(dir: &Path, out: &mut BTreeMap<PathBuf, Vec<u8>>) {
+    for entry in std::fs::read_dir(dir).expect("read_dir") {
+        let path = entry.expect("entry").path();
+        if path.is_dir() {
+            files_of(&path, out);
+        } else {
+            out.insert(path.clone(), std::fs::read(&path).expect("read"));
+        }
+    }
+}
+
+#[test]
+fn rescoring_with_one_threshold_changed_changes_exactly_the_designed_cells() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let run_dir = tmp.path().join("run");
+    copy_dir(&fixtures().join("sim-completions"), &run_dir);
+    let mut before = BTreeMap::new();
+    files_of(&run_dir, &mut before);
+
+    let short = fixtures().join("short-loops.toml");
+    for rules in ["reference", short.to_str().expect("utf-8")] {
+        let cli = Cli::parse_from([
+            "tokentrace",
+            "rescore",
+            run_dir.to_str().expect("utf-8"),
+            "--rules",
+            rules,
+        ]);
+        let tokentrace::Command::Rescore(args) = cli.command else {
+            panic!("parsed as another command");
+        };
+        let mut out = Vec::new();
+        let code = tokentrace::analyze::rescore(&args, &mut out).expect("rescored");
+        assert_eq!(code, std::process::ExitCode::SUCCESS);
+        assert!(
+            String::from_utf8_lossy(&out).contains("8 cells"),
+            "{}",
+            String::from_utf8_lossy(&out)
+        );
+    }
+    let a = run_dir.join("results/reference@0.6.2.json");
+    let b = run_dir.join("results/short-loops@1.json");
+    assert!(a.is_file() && b.is_file());
+    // The trace is untouched: every file that was there is byte-identical, and the only
+    // new files are the two scorings.
+    let mut after = BTreeMap::new();
+    files_of(&run_dir, &mut after);
+    for (path, bytes) in &before {
+        assert_eq!(after.get(path), Some(bytes), "{} changed", path.display());
+    }
+    assert_eq!(after.len(), before.len() + 2);
+
+    let cli = Cli::parse_from([
+        "tokentrace",
+        "diff",
+        a.to_str().expect("utf-8"),
+        b.to_str().expect("utf-8"),
+        "--format",
+        "json",
+    ]);
+    let tokentrace::Command::Diff(args) = cli.command else {
+        panic!("parsed as another command");
+    };
+    let mut out = Vec::new();
+    tokentrace::analyze::diff(&args, &mut out).expect("diff");
+    let d: serde_json::Value = serde_json::from_slice(&out).expect("json");
+    let changed: Vec<(String, u64, u64, String, String)> = d["verdicts_changed"]
+        .as_array()
+        .expect("array")
+        .iter()
+        .map(|c| {
+            (
+                c["cell"]["phase"].as_str().unwrap_or("").to_string(),
+                c["cell"]["context"].as_u64().unwrap_or(0),
+                c["cell"]["concurrency"].as_u64().unwrap_or(0),
+                c["status_a"].as_str().unwrap_or("").to_string(),
+                c["status_b"].as_str().unwrap_or("").to_string(),
+            )
+        })
+        .collect();
+    // golden-sim.toml makes every 1K request loop over a few hundred characters: only
+    // the three 1K decode cells change, to Looped; nothing else differs.
+    assert_eq!(
+        changed,
+        vec![
+            ("decode".into(), 1024, 1, "Valid".into(), "Looped".into()),
+            ("decode".into(), 1024, 4, "Valid".into(), "Looped".into()),
+            (
+                "decode".into(),
+                1024,
+                8,
+                "Requests queued".into(),
+                "Looped".into()
+            ),
+        ]
+    );
+    assert_eq!(d["figures_changed"], serde_json::json!([]));
+    assert_eq!(d["only_in_a"], serde_json::json!([]));
+    assert_eq!(d["only_in_b"], serde_json::json!([]));
+    for c in d["verdicts_changed"].as_array().expect("array") {
+        assert_eq!(c["figures"], serde_json::json!([]), "{c}");
+    }
+
+    // Two runs: the chat run has other cells; diff lists them as present in one only.
+    let cli = Cli::parse_from([
+        "tokentrace",
+        "diff",
+        run_dir.to_str().expect("utf-8"),
+        fixtures().join("sim-chat").to_str().expect("utf-8"),
+    ]);
+    let tokentrace::Command::Diff(args) = cli.command else {
+        panic!("parsed as another command");
+    };
+    let mut out = Vec::new();
+    tokentrace::analyze::diff(&args, &mut out).expect("diff");
+    let text = String::from_utf8(out).expect("utf-8");
+    assert!(
+        text.contains("## Only in A\n\n- decode 256 × 1\n"),
+        "{text}"
+    );
+    assert!(
+        text.contains("## Only in B\n\n- decode 256 × 2\n"),
+        "{text}"
+    );
+    assert!(text.contains("| decode 256 × 8 | total_tok_s |"), "{text}");
+}
+
+fn tokentrace(args: &[&str]) -> (i32, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_tokentrace"))
+        .args(args)
+        .output()
+        .expect("runs");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn bad_input_is_named_and_exits_non_zero() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let run_dir = tmp.path().join("run");
+    copy_dir(&fixtures().join("sim-chat"), &run_dir);
+    let run_s = run_dir.to_str().expect("utf-8");
+
+    // A corrupt table and an empty cell folder: the report still renders, lists both
+    // cells as incomplete with the file at fault, and exits 1.
+    let chunks = run_dir.join("cells/phase=decode/context=256/concurrency=8/chunks.parquet");
+    let bytes = std::fs::read(&chunks).expect("read");
+    std::fs::write(&chunks, &bytes[..bytes.len() / 2]).expect("truncate");
+    let empty = run_dir.join("cells/phase=decode/context=4096/concurrency=1");
+    std::fs::create_dir_all(&empty).expect("mkdir");
+    let (code, stdout, stderr) = tokentrace(&["report", run_s]);
+    assert_eq!(code, 1, "{stderr}");
+    assert!(stderr.contains(&chunks.display().to_string()), "{stderr}");
+    assert!(stderr.contains("cell.json"), "{stderr}");
+    assert!(
+        stdout.contains("| Sustained decode | 256 | 8 | Incomplete |"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("| Sustained decode | 4K | 1 | Incomplete |"),
+        "{stdout}"
+    );
+    assert!(!stderr.contains("panicked"), "{stderr}");
+
+    // A manifest from a newer schema: refused, naming the file.
+    let manifest = run_dir.join("manifest.json");
+    let text = std::fs::read_to_string(&manifest).expect("manifest");
+    std::fs::write(
+        &manifest,
+        text.replace("\"schema_version\": 1", "\"schema_version\": 7"),
+    )
+    .expect("write");
+    let (code, _, stderr) = tokentrace(&["report", run_s]);
+    assert_eq!(code, 1);
+    assert!(
+        stderr.contains(&manifest.display().to_string()) && stderr.contains('7'),
+        "{stderr}"
+    );
+    std::fs::remove_file(&manifest).expect("rm");
+    let (code, _, stderr) = tokentrace(&["report", run_s]);
+    assert_eq!(code, 1);
+    assert!(stderr.contains(&manifest.display().to_string()), "{stderr}");
+
+    // A rule file that is not one, and a scoring file that is not one.
+    let bad = tmp.path().join("bad.toml");
+    std::fs::write(
+        &bad,
+        "extends = \"reference\"\n[looped]\nmin_cycles = \"four\"\n",
+    )
+    .expect("write");
+    let sim = fixtures().join("sim-chat");
+    let (code, _, stderr) = tokentrace(&[
+        "report",
+        sim.to_str().expect("utf-8"),
+        "--rules",
+        bad.to_str().expect("utf-8"),
+    ]);
+    assert_eq!(code, 1);
+    assert!(
+        stderr.contains("bad.toml") && stderr.contains("min_cycles"),
+        "{stderr}"
+    );
+    let not_scoring = tmp.path().join("x.json");
+    std::fs::write(&not_scoring, "{\"format\": \"something else\"}").expect("write");
+    let (code, _, stderr) = tokentrace(&[
+        "diff",
+        not_scoring.to_str().expect("utf-8"),
+        sim.to_str().expect("utf-8"),
+    ]);
+    assert_eq!(code, 1);
+    assert!(
+        stderr.contains("x.json") && stderr.contains("not a tokentrace scoring"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("panicked"), "{code}: {stderr}");
+}

@@ -1,0 +1,208 @@
+//! The analyzer's figures agree within 1% with the same figures computed here from the
+//! simulator's ground truth (what it sent, and when), for a run recorded over loopback.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use tokentrace_analyzer::{RuleSet, score_dir};
+use tokentrace_recorder::runner::{self, RecordOptions};
+use tokentrace_schemas::layout::{Phase, list_cells};
+use tokentrace_schemas::reader::read_table;
+use tokentrace_schemas::tables::{Endpoint, EventKind, Events, Requests, Role};
+use tokentrace_sim::truth::{TruthChunks, TruthRequests};
+use tokentrace_sim::{Profile, SimOptions, SimServer};
+
+/// Slow enough that what the ground truth cannot see stays well below 1% of every time
+/// compared: the truth's TTFT starts when the simulator's HTTP handler starts, the
+/// client's when its last request byte left, ~1.5 ms earlier in a debug build (loopback
+/// and HTTP parsing). So every step that prefills costs 1 s (decode TTFT ≥ 1 s even
+/// from the prefix cache), a cold 2K prefill another 500 ms; 4 sequences run at once.
+const PROFILE: &str = r#"
+name = "truth"
+model = "sim-truth"
+max_model_len = 8192
+max_num_seqs = 4
+kv_cache_tokens = 100000
+max_num_batched_tokens = 8192
+block_size = 16
+prefill_tokens_per_s = [[256, 4000.0], [8192, 4000.0]]
+step_ms = [[1, 100.0], [8, 100.0]]
+step_context_factor = 0.0
+prefill_overhead_ms = 1000.0
+spec_tokens = 0
+spec_acceptance = 0.0
+reasoning_tokens = 0
+reasoning_field = "reasoning_content"
+loop_probability = [[1, 0.0]]
+loop_after_tokens = 16
+loop_cycle_tokens = 8
+eos_probability = 0.0
+seed = 3
+"#;
+
+fn within_1pct(what: &str, analyzer: f64, truth: f64) {
+    let rel = (analyzer - truth).abs() / truth.abs();
+    eprintln!(
+        "{what}: analyzer {analyzer:.4}, ground truth {truth:.4}, {:.4}%",
+        rel * 100.0
+    );
+    assert!(
+        rel <= 0.01,
+        "{what}: analyzer {analyzer} vs ground truth {truth}"
+    );
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    assert!(!v.is_empty());
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        (v[n / 2 - 1] + v[n / 2]) / 2.0
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn figures_agree_with_the_simulators_ground_truth() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let profile_path = tmp.path().join("truth.toml");
+    std::fs::write(&profile_path, PROFILE).expect("profile");
+    let truth_dir = tmp.path().join("truth");
+    std::fs::create_dir_all(&truth_dir).expect("mkdir");
+    let addr: SocketAddr = "127.0.0.1:0".parse().expect("addr");
+    let sim = SimServer::start_with(
+        Profile::load(profile_path.to_str().expect("utf-8")).expect("profile"),
+        addr,
+        SimOptions {
+            truth_dir: Some(truth_dir.clone()),
+        },
+    )
+    .await
+    .expect("sim");
+    let out = tmp.path().join("run");
+    let opts = RecordOptions {
+        target: sim.url(),
+        out: out.clone(),
+        model: None,
+        endpoint: Endpoint::Completions,
+        contexts: vec![2048],
+        concurrency: vec![1, 4, 8],
+        window: Duration::from_secs(2),
+        max_tokens: 16,
+        metrics_url: None,
+        scrape_interval: Duration::from_millis(250),
+        stall_timeout: Duration::from_secs(30),
+        warmup_timeout: Duration::from_secs(30),
+        drain_timeout: Duration::from_secs(30),
+        prompt_tolerance: 0,
+        resume: false,
+        describe: Vec::new(),
+        launch_command: None,
+        api_key: None,
+        progress: Default::default(),
+    };
+    let manifest = runner::record(&opts, |_| {}).await.expect("recorded");
+    let (stats, dropped) = sim.stop().expect("truth on");
+    stats.expect("truth written");
+    assert_eq!(dropped, 0);
+    let zero = manifest.clock.monotonic_at_zero_ns.expect("clock anchor");
+
+    // Ground truth, on the run's clock.
+    let truth_requests =
+        read_table::<TruthRequests>(&truth_dir.join("truth_requests.parquet")).expect("truth");
+    let truth_chunks =
+        read_table::<TruthChunks>(&truth_dir.join("truth_chunks.parquet")).expect("truth");
+    let sim_id: BTreeMap<&str, i64> = truth_requests
+        .iter()
+        .map(|r| (r.server_request_id.as_str(), r.request_id))
+        .collect();
+    let arrived: BTreeMap<i64, (i64, i32)> = truth_requests
+        .iter()
+        .map(|r| (r.request_id, (r.arrived_ns - zero, r.prompt_tokens)))
+        .collect();
+    // Per simulator request: (written time, tokens) of each token event.
+    let mut written: BTreeMap<i64, Vec<(i64, i64)>> = BTreeMap::new();
+    for c in &truth_chunks {
+        if let Some(t) = c.tokens.filter(|t| *t > 0) {
+            written
+                .entry(c.request_id)
+                .or_default()
+                .push((c.written_ns - zero, i64::from(t)));
+        }
+    }
+    for v in written.values_mut() {
+        v.sort_unstable();
+    }
+
+    let s = score_dir(&out, &RuleSet::builtin("default").expect("rules")).expect("scored");
+    let mut compared = 0;
+    for (key, dir) in list_cells(&out).expect("cells") {
+        let cell = s
+            .cells
+            .iter()
+            .find(|c| c.key() == key)
+            .expect("scored cell");
+        let f = cell.figures.as_ref().expect("figures");
+        let requests = read_table::<Requests>(&dir.join("requests.parquet")).expect("requests");
+        let truth_of = |r: &tokentrace_schemas::tables::RequestRow| {
+            r.server_request_id
+                .as_deref()
+                .and_then(|sid| sim_id.get(sid))
+                .copied()
+        };
+        match key.phase {
+            Phase::Prefill => {
+                let scout = requests
+                    .iter()
+                    .find(|r| r.role == Role::Scout)
+                    .expect("scout");
+                let id = truth_of(scout).expect("served");
+                let (arrive, prompt) = arrived[&id];
+                let first = written[&id][0].0;
+                let truth = f64::from(prompt) / ((first - arrive) as f64 / 1e9);
+                within_1pct(
+                    &format!("{key}: prompt tok/s"),
+                    f.prompt_tok_s.expect("rate"),
+                    truth,
+                );
+            }
+            Phase::Decode => {
+                let events = read_table::<Events>(&dir.join("events.parquet")).expect("events");
+                let at = |k: EventKind| events.iter().find(|e| e.kind == k).expect("event").time_ns;
+                let (open, close) = (at(EventKind::WindowOpen), at(EventKind::WindowClose));
+                let (mut tokens, mut ttft) = (0i64, Vec::new());
+                for r in requests.iter().filter(|r| r.role != Role::Probe) {
+                    let Some(id) = truth_of(r) else { continue };
+                    let sent = written.get(&id).map(Vec::as_slice).unwrap_or(&[]);
+                    tokens += sent
+                        .iter()
+                        .filter(|(t, _)| *t >= open && *t <= close)
+                        .map(|(_, n)| n)
+                        .sum::<i64>();
+                    // The default rule set's requests: overlapping the window, 2+ tokens.
+                    let overlaps =
+                        r.sent_ns.is_some_and(|s| s < close) && r.end_ns.is_none_or(|e| e >= open);
+                    let n: i64 = sent.iter().map(|(_, n)| n).sum();
+                    if overlaps && n >= 2 {
+                        ttft.push((sent[0].0 - arrived[&id].0) as f64 / 1e6);
+                    }
+                }
+                let window_s = (close - open) as f64 / 1e9;
+                within_1pct(
+                    &format!("{key}: total tok/s"),
+                    f.total_tok_s.expect("rate"),
+                    tokens as f64 / window_s,
+                );
+                within_1pct(
+                    &format!("{key}: TTFT median ms"),
+                    f.ttft_ms.median.expect("ttft"),
+                    median(ttft),
+                );
+            }
+        }
+        compared += 1;
+    }
+    assert_eq!(compared, 4);
+}
