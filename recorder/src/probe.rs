@@ -184,14 +184,20 @@ pub async fn probe(
         .map(|(_, name)| (*name).to_string());
     }
 
+    // A shape counts only when "hello" gives tokens: llama.cpp answers the vLLM shape
+    // with an empty list (it ignores fields it does not know).
     let tokenize = if get_tokenize(client, base, &json!({"model": model, "prompt": "hello"}))
         .await
-        .is_some()
+        .is_some_and(|t| !t.is_empty())
     {
         Some("vllm".to_string())
-    } else if get_tokenize(client, base, &json!({"content": "hello"}))
-        .await
-        .is_some()
+    } else if get_tokenize(
+        client,
+        base,
+        &json!({"content": "hello", "add_special": false}),
+    )
+    .await
+    .is_some_and(|t| !t.is_empty())
     {
         Some("llama.cpp".to_string())
     } else {

@@ -53,14 +53,44 @@ async fn count(
     text: &str,
     llama: bool,
 ) -> Option<usize> {
+    if llama && endpoint == Endpoint::Chat {
+        // llama.cpp counts the chat template too: render it (`/apply-template`), then
+        // count the rendered prompt with its special tokens; without that endpoint, the
+        // message alone.
+        let messages = json!({"messages": [{"role": "user", "content": text}]});
+        if let Some(prompt) = apply_template(client, base, &messages).await {
+            return get_tokenize(
+                client,
+                base,
+                &json!({"content": prompt, "add_special": true}),
+            )
+            .await
+            .map(|t| t.len());
+        }
+    }
     let body = match (endpoint, llama) {
-        (_, true) => json!({"content": text}),
+        (_, true) => json!({"content": text, "add_special": false}),
         (Endpoint::Completions, false) => json!({"model": model, "prompt": text}),
         (Endpoint::Chat, false) => {
             json!({"model": model, "messages": [{"role": "user", "content": text}]})
         }
     };
     get_tokenize(client, base, &body).await.map(|t| t.len())
+}
+
+/// llama.cpp's `/apply-template`: the chat prompt as the server renders it.
+async fn apply_template(client: &reqwest::Client, base: &str, body: &Value) -> Option<String> {
+    let resp = client
+        .post(crate::probe::join(base, "/apply-template"))
+        .json(body)
+        .send()
+        .await
+        .ok()?;
+    if !resp.status().is_success() {
+        return None;
+    }
+    let v: Value = resp.json().await.ok()?;
+    v["prompt"].as_str().map(str::to_string)
 }
 
 /// Builds a prompt of exactly `n` tokens for `endpoint`.
@@ -85,7 +115,7 @@ pub async fn build(
             let mut words = want.max(8);
             loop {
                 let body = if llama {
-                    json!({"content": filler(words, seed)})
+                    json!({"content": filler(words, seed), "add_special": false})
                 } else {
                     json!({"model": model, "prompt": filler(words, seed)})
                 };

@@ -123,10 +123,15 @@ fn http_client(api_key: Option<&str>) -> Result<reqwest::Client, RecordError> {
         v.set_sensitive(true);
         headers.insert(reqwest::header::AUTHORIZATION, v);
     }
+    // Every request opens its own connection. Servers close keep-alive connections on
+    // their own terms (llama.cpp's HTTP library after 5 requests on one connection), and
+    // a request written to a connection the server is closing fails without reaching
+    // it: a false "disconnect". Connecting happens before `sent_ns`, so no figure
+    // includes it.
     reqwest::Client::builder()
         .default_headers(headers)
         .tcp_nodelay(true)
-        .pool_max_idle_per_host(1024)
+        .pool_max_idle_per_host(0)
         .build()
         .map_err(|e| RecordError::Client(e.to_string()))
 }

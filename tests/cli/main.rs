@@ -1,5 +1,6 @@
 //! End-to-end tests of the `tokentrace` command line, one binary:
 //! - `check`: a sound run passes; damaged, incomplete and missing cells are named and fail;
+//! - `llamacpp`: a real llama.cpp server recorded over both endpoints and analyzed;
 //! - `record`: recording the simulator: ground truth agrees, a killed run resumes, no secret on disk;
 //! - `report`: golden reports byte for byte, rescore + diff of a one-threshold change,
 //!   bad input named with a non-zero exit;
@@ -7,6 +8,7 @@
 //! - `sim`: the simulator subcommand starts, says where it listens, serves, and refuses bad profiles.
 
 mod check;
+mod llamacpp;
 mod record;
 mod report;
 mod sim;

@@ -141,3 +141,23 @@ fn errors_malformed_chunks_and_pings() {
         "the stream goes on after the broken chunk"
     );
 }
+
+#[test]
+fn llamacpp_ignores_continuous_usage_and_honours_ignore_eos() {
+    // Asked for `continuous_usage_stats` and `ignore_eos`: usage comes once, at the end,
+    // in a `choices: []` event that also carries `timings`; the stream ends on length.
+    let p = parsed("llamacpp-chat-ignore-eos.sse");
+    let with_usage: Vec<_> = p.iter().filter(|x| x.usage.is_some()).collect();
+    assert_eq!(with_usage.len(), 1);
+    assert_eq!(
+        with_usage[0].usage.and_then(|u| u.completion_tokens),
+        Some(6)
+    );
+    assert!(!with_usage[0].has_text());
+    assert_eq!(p.iter().filter(|x| x.has_text()).count(), 6);
+    assert!(
+        p.iter()
+            .any(|x| x.finish_reason.as_deref() == Some("length"))
+    );
+    assert_eq!(p.last().map(Parsed::kind), Some(ChunkKind::Done));
+}

@@ -1,0 +1,235 @@
+//! A real engine in the loop: llama.cpp's server (xllamacpp CPU wheel, SmolLM2-135M)
+//! recorded over both endpoints, then analyzed. Installed by fixtures/llamacpp/install.sh,
+//! which prints the two variables this test reads; without them it is skipped, except
+//! under CI (`CI` set), where it fails.
+
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use tokentrace_analyzer::score::{Evidence, Verdict};
+use tokentrace_analyzer::{RuleSet, render, score_dir};
+use tokentrace_recorder::runner::{self, RecordOptions};
+use tokentrace_schemas::layout::list_cells;
+use tokentrace_schemas::raw::RawReader;
+use tokentrace_schemas::reader::read_table;
+use tokentrace_schemas::tables::{Chunks, Endpoint, Requests, Role};
+
+/// The server this test started; stopped by its PID when dropped, also on a panic.
+struct Server {
+    child: Child,
+    url: String,
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let pid = self.child.id().to_string();
+        let _ = Command::new("kill").args(["-TERM", &pid]).status();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < deadline {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn start_server(python: &str, model: &str) -> Server {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/llamacpp/serve.py");
+    let mut child = Command::new(python)
+        .arg(script)
+        .arg(model)
+        .args(["--parallel", "2", "--ctx", "4096", "--threads", "2"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start serve.py");
+    let stdout = child.stdout.take().expect("stdout");
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut line = String::new();
+        let _ = BufReader::new(stdout).read_line(&mut line);
+        let _ = tx.send(line);
+    });
+    // Guard first, so a failure below still stops the process.
+    let mut server = Server {
+        child,
+        url: String::new(),
+    };
+    let line = rx
+        .recv_timeout(Duration::from_secs(120))
+        .expect("serve.py says where it listens");
+    let v: serde_json::Value = serde_json::from_str(&line).expect("a JSON line");
+    server.url = v["url"].as_str().expect("url").to_string();
+    eprintln!("llama.cpp: {line}");
+    server
+}
+
+async fn wait_healthy(url: &str) {
+    let client = reqwest::Client::new();
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        if let Ok(r) = client.get(format!("{url}/health")).send().await
+            && r.status().is_success()
+        {
+            return;
+        }
+        assert!(Instant::now() < deadline, "{url}/health never answered 200");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+fn options(url: &str, out: &Path, endpoint: Endpoint) -> RecordOptions {
+    RecordOptions {
+        target: url.to_string(),
+        out: out.to_path_buf(),
+        model: None,
+        endpoint,
+        contexts: vec![256, 1024],
+        concurrency: vec![1, 2, 4],
+        window: Duration::from_secs(3),
+        max_tokens: 24,
+        metrics_url: None,
+        scrape_interval: Duration::from_millis(250),
+        stall_timeout: Duration::from_secs(120),
+        warmup_timeout: Duration::from_secs(120),
+        drain_timeout: Duration::from_secs(120),
+        prompt_tolerance: runner::DEFAULT_PROMPT_TOLERANCE,
+        resume: false,
+        describe: vec![("hardware".to_string(), "CPU, 2 threads".to_string())],
+        launch_command: Some(
+            "python fixtures/llamacpp/serve.py SmolLM2-135M-Instruct.Q4_1.gguf --parallel 2"
+                .to_string(),
+        ),
+        api_key: None,
+        progress: Default::default(),
+    }
+}
+
+/// `timings.prompt_ms` of each request, from the raw capture (the usage event keeps it).
+fn prompt_ms(cell: &Path) -> std::collections::BTreeMap<i64, f64> {
+    let mut out = std::collections::BTreeMap::new();
+    let mut bodies: std::collections::BTreeMap<i64, Vec<u8>> = Default::default();
+    let reader = RawReader::open(&cell.join("raw.sse.zst")).expect("raw");
+    for frame in reader {
+        let frame = frame.expect("frame");
+        bodies
+            .entry(frame.request_id)
+            .or_default()
+            .extend_from_slice(&frame.bytes);
+    }
+    for (id, body) in bodies {
+        let text = String::from_utf8_lossy(&body);
+        for line in text.lines() {
+            let Some(json) = line.strip_prefix("data: ") else {
+                continue;
+            };
+            if let Ok(v) = serde_json::from_str::<serde_json::Value>(json)
+                && let Some(ms) = v["timings"]["prompt_ms"].as_f64()
+            {
+                out.insert(id, ms);
+            }
+        }
+    }
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_real_llama_cpp_server_is_recorded_and_analyzed() {
+    let (Ok(python), Ok(model)) = (
+        std::env::var("TOKENTRACE_LLAMACPP_PYTHON"),
+        std::env::var("TOKENTRACE_LLAMACPP_MODEL"),
+    ) else {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "CI must install llama.cpp: eval \"$(bash fixtures/llamacpp/install.sh)\""
+        );
+        eprintln!("skipped: run fixtures/llamacpp/install.sh and export what it prints");
+        return;
+    };
+    let server = start_server(&python, &model);
+    wait_healthy(&server.url).await;
+    let tmp = tempfile::tempdir().expect("tempdir");
+    for endpoint in [Endpoint::Completions, Endpoint::Chat] {
+        let started = Instant::now();
+        let out = tmp.path().join(endpoint.to_string());
+        let manifest = runner::record(&options(&server.url, &out, endpoint), |_| {})
+            .await
+            .expect("recorded");
+        eprintln!(
+            "{endpoint}: recorded in {:.1} s",
+            started.elapsed().as_secs_f64()
+        );
+        assert_eq!(manifest.engine.name.as_deref(), Some("llama.cpp"));
+        assert_eq!(manifest.capabilities.metrics, Some(true));
+        assert_eq!(manifest.capabilities.tokenize.as_deref(), Some("llama.cpp"));
+
+        let (mut requests_checked, mut ttft_vs_prompt_ms) = (0, Vec::new());
+        for (key, dir) in list_cells(&out).expect("cells") {
+            let requests = read_table::<Requests>(&dir.join("requests.parquet")).expect("requests");
+            let chunks = read_table::<Chunks>(&dir.join("chunks.parquet")).expect("chunks");
+            let timings = prompt_ms(&dir);
+            for r in requests.iter().filter(|r| r.role != Role::Probe) {
+                // Every request the server finished reported usage; its streamed tokens
+                // add up to the server's count.
+                let Some(server_tokens) = r.completion_tokens_server else {
+                    continue;
+                };
+                let streamed: i32 = chunks
+                    .iter()
+                    .filter(|c| c.request_id == r.request_id)
+                    .filter_map(|c| c.tokens)
+                    .sum();
+                assert_eq!(streamed, server_tokens, "{key}: request {}", r.request_id);
+                let asked = r.prompt_tokens_requested;
+                let counted = r.prompt_tokens_server.expect("prompt tokens");
+                assert!(
+                    (counted - asked).abs() <= runner::DEFAULT_PROMPT_TOLERANCE as i32,
+                    "{key}: request {} asked {asked} prompt tokens, the server counted {counted}",
+                    r.request_id
+                );
+                if let (Some(ms), Some(sent), Some(first)) =
+                    (timings.get(&r.request_id), r.sent_ns, r.first_token_ns)
+                {
+                    ttft_vs_prompt_ms.push((key, r.role, (first - sent) as f64 / 1e6, *ms));
+                }
+                requests_checked += 1;
+            }
+        }
+        assert!(
+            requests_checked >= 8,
+            "only {requests_checked} requests finished with usage"
+        );
+        for (key, role, ttft, prompt) in ttft_vs_prompt_ms.iter().filter(|t| t.1 != Role::Measured)
+        {
+            eprintln!(
+                "{endpoint} {key} {role}: recorder TTFT {ttft:.1} ms, server timings.prompt_ms {prompt:.1}"
+            );
+        }
+
+        let s = score_dir(&out, &RuleSet::builtin("default").expect("rules")).expect("scored");
+        assert_eq!(s.metrics.name, "llama.cpp");
+        for c in s.cells.iter().filter(|c| c.concurrency == 4) {
+            assert_eq!(c.verdict, Some(Verdict::RequestsQueued), "{:?}", c.key());
+            assert!(
+                c.evidence.iter().any(|e| matches!(e,
+                    Evidence::WaitingMeanAbove { metric, .. } if metric == "llamacpp:requests_deferred")),
+                "{:?}: {:?}",
+                c.key(),
+                c.evidence
+            );
+        }
+        for c in s.cells.iter().filter(|c| c.concurrency < 4) {
+            assert!(c.verdict.is_some(), "{:?}", c.key());
+        }
+        let report = render::render(&s, render::Format::Markdown);
+        assert!(report.contains("## Sustained decode"), "{report}");
+        assert!(report.contains("Requests queued"), "{report}");
+        eprintln!("{report}");
+    }
+    drop(server);
+}
