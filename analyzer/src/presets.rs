@@ -77,7 +77,8 @@ pub fn builtin(engine: &str) -> Option<Preset> {
                 Some("llamacpp:requests_deferred"),
                 Some("llamacpp:tokens_predicted_total"),
                 Some("llamacpp:prompt_tokens_total"),
-                Some("llamacpp:kv_cache_usage_ratio"),
+                // No KV-cache or preemption series in llama.cpp's /metrics.
+                None,
                 None,
             ],
         ),

@@ -5,6 +5,7 @@
 //! - `report`: golden reports byte for byte, rescore + diff of a one-threshold change,
 //!   bad input named with a non-zero exit;
 //! - `truth`: the analyzer's figures agree within 1% with the simulator's ground truth;
+//!   without server metrics, client-side evidence is used and the report says so;
 //! - `sim`: the simulator subcommand starts, says where it listens, serves, and refuses bad profiles.
 
 mod check;

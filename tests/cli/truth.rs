@@ -218,3 +218,68 @@ async fn figures_agree_with_the_simulators_ground_truth() {
     }
     assert_eq!(compared, 4);
 }
+
+/// A server whose metrics cannot be read is recorded and analyzed with client-side
+/// evidence only, and the report says so.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_server_metrics_the_client_side_evidence_is_used_and_said() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let addr: SocketAddr = "127.0.0.1:0".parse().expect("addr");
+    let sim = SimServer::start_with(
+        Profile::load("tiny").expect("tiny"),
+        addr,
+        SimOptions { truth_dir: None },
+    )
+    .await
+    .expect("sim");
+    let out = tmp.path().join("run");
+    let opts = RecordOptions {
+        target: sim.url(),
+        out: out.clone(),
+        model: None,
+        endpoint: Endpoint::Completions,
+        contexts: vec![256],
+        concurrency: vec![2],
+        window: Duration::from_millis(800),
+        max_tokens: 64,
+        // Not a metrics endpoint: the probe finds no Prometheus text there.
+        metrics_url: Some(format!("{}/no-metrics-here", sim.url())),
+        scrape_interval: Duration::from_millis(200),
+        stall_timeout: Duration::from_secs(30),
+        warmup_timeout: Duration::from_secs(30),
+        drain_timeout: Duration::from_secs(30),
+        prompt_tolerance: 0,
+        resume: false,
+        describe: Vec::new(),
+        launch_command: None,
+        api_key: None,
+        progress: Default::default(),
+    };
+    let manifest = runner::record(&opts, |_| {}).await.expect("recorded");
+    let _ = sim.stop();
+    assert_eq!(manifest.capabilities.metrics, Some(false));
+    let s = score_dir(&out, &RuleSet::builtin("default").expect("rules")).expect("scored");
+    let decode = s
+        .cells
+        .iter()
+        .find(|c| c.phase == Phase::Decode)
+        .expect("decode cell");
+    let f = decode.figures.as_ref().expect("figures");
+    assert_eq!(f.active_source.as_deref(), Some("client"));
+    let active = f.active_requests.expect("active");
+    assert!((1.5..=2.0).contains(&active), "{active}");
+    assert!(
+        decode.warnings.iter().any(|w| matches!(
+            w,
+            tokentrace_analyzer::score::Warning::NoServerMetrics { .. }
+        )),
+        "{:?}",
+        decode.warnings
+    );
+    let md = tokentrace_analyzer::render::render(&s, tokentrace_analyzer::render::Format::Markdown);
+    assert!(
+        md.contains("- Server metrics: no (client-side evidence only)"),
+        "{md}"
+    );
+    assert!(md.contains("queueing not judged from the server"), "{md}");
+}
