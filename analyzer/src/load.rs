@@ -339,6 +339,9 @@ fn load_chunks(run: &Run, chunks: LazyFrame, out: &mut Loaded) -> Result<()> {
                 .alias("in_window"),
         )
         .sort(["request_id", "seq"], SortMultipleOptions::default());
+    // Read, joined and sorted once; the four reductions below run on the frame in memory
+    // (a lazy plan would read and sort the files again for each).
+    let with_window = with_window.collect().map_err(perr(run))?.lazy();
     let has_tokens = col("tokens").gt(lit(0));
     let agg = with_window
         .clone()

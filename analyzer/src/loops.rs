@@ -4,6 +4,35 @@
 //! by extending a character-by-character match.
 
 use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
+
+/// A cheap finalizer (SplitMix64's) for keys that are single integers (k-gram hashes,
+/// cycle lengths); std's SipHash costs more than the search itself.
+#[derive(Debug, Default)]
+struct Identity(u64);
+
+fn mix(mut z: u64) -> u64 {
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}
+
+impl Hasher for Identity {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for b in bytes {
+            self.0 = mix(self.0 ^ u64::from(*b));
+        }
+    }
+    fn write_u64(&mut self, v: u64) {
+        self.0 = mix(v);
+    }
+    fn write_usize(&mut self, v: usize) {
+        self.0 = mix(v as u64);
+    }
+}
 
 /// A stretch of text that repeats a cycle back to back.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -64,22 +93,23 @@ pub fn repetitions(text: &[char], search: Search) -> Vec<Repetition> {
             hashes.push(h);
         }
     }
-    let mut index: HashMap<u64, Vec<usize>> = HashMap::new();
-    for (i, h) in hashes.iter().enumerate() {
-        index.entry(*h).or_default().push(i);
+    // Anchors every `stride` positions, by hash; every position then looks up the
+    // anchors that share its k-gram within `max_cycle` before it.
+    let mut anchors: HashMap<u64, Vec<usize>, BuildHasherDefault<Identity>> = HashMap::default();
+    for a in (0..hashes.len()).step_by(stride) {
+        anchors.entry(hashes[a]).or_default().push(a);
     }
     // Per cycle length, where the last verified stretch's match run ended.
-    let mut covered: HashMap<usize, usize> = HashMap::new();
+    let mut covered: HashMap<usize, usize, BuildHasherDefault<Identity>> = HashMap::default();
     let mut found = Vec::new();
-    let mut a = 0;
-    while a < hashes.len() {
-        let positions = &index[&hashes[a]];
-        let from = positions.partition_point(|&j| j <= a);
-        for &j in &positions[from..] {
-            let p = j - a;
-            if p > search.max_cycle {
+    for (j, h) in hashes.iter().enumerate() {
+        let Some(list) = anchors.get(h) else { continue };
+        let from = list.partition_point(|&a| a + search.max_cycle < j);
+        for &a in &list[from..] {
+            if a >= j {
                 break;
             }
+            let p = j - a;
             if covered.get(&p).is_some_and(|&end| a < end) {
                 continue;
             }
@@ -108,7 +138,6 @@ pub fn repetitions(text: &[char], search: Search) -> Vec<Repetition> {
                 span,
             });
         }
-        a += stride;
     }
     found.sort_by_key(|r| (r.start, r.cycle));
     // The same stretch is found at every multiple of its cycle: keep the shortest cycle.

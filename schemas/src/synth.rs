@@ -519,3 +519,101 @@ pub fn write_run(
     m.write(run)?;
     Ok(m)
 }
+
+/// Writes one synthetic prefill cell: a cold scout of `key.context` prompt tokens whose
+/// first token arrives after `ttft_ns`, then 16 tokens 10 ms apart.
+pub fn write_prefill_cell(run: &Path, key: CellKey, ttft_ns: i64) -> Result<CellMeta> {
+    let id = i64::from(key.context) * 1_000_000 + 5_000_000;
+    let prompt = i32::try_from(key.context).unwrap_or(i32::MAX);
+    let vocab = Vocab::new(5000, 7);
+    let mut rng = Rng::new(u64::from(key.context));
+    let mut w = CellWriter::create(run, key)?;
+    let sent = 1_000_000i64;
+    let mut t = sent + ttft_ns;
+    let first = t;
+    for seq in 0..16 {
+        let text = vocab.token(&mut rng).to_string();
+        let event = sse_event(id, 1_796_000_000, false, &text, (prompt, seq + 1));
+        w.raw.write(id, t, event.as_bytes())?;
+        w.push_chunk(ChunkRow {
+            request_id: id,
+            seq,
+            arrival_ns: t,
+            queue_delay_ns: Some(3_000),
+            bytes: i32::try_from(event.len()).unwrap_or(i32::MAX),
+            kind: ChunkKind::Data,
+            tokens: Some(1),
+            completion_tokens: Some(seq + 1),
+            content: Some(text),
+            reasoning: None,
+            finish_reason: (seq == 15).then(|| "length".to_string()),
+            error: None,
+        })?;
+        t += 10_000_000;
+    }
+    let last = t - 10_000_000;
+    w.push_request(RequestRow {
+        request_id: id,
+        slot: None,
+        role: Role::Scout,
+        endpoint: Endpoint::Chat,
+        prompt_tokens_requested: prompt,
+        prompt_tokens_server: Some(prompt),
+        cached_tokens_server: Some(0),
+        completion_tokens_server: Some(16),
+        max_tokens: Some(16),
+        scheduled_ns: 0,
+        sent_ns: Some(sent),
+        headers_ns: Some(sent + 1_000_000),
+        first_chunk_ns: Some(first),
+        first_token_ns: Some(first),
+        last_token_ns: Some(last),
+        end_ns: Some(last),
+        end_reason: EndReason::FinishedLength,
+        finish_reason: Some("length".to_string()),
+        http_status: Some(200),
+        error: None,
+        server_request_id: Some(format!("chatcmpl-{id:016x}")),
+    })?;
+    for (time_ns, kind) in [(0, EventKind::CellStart), (last, EventKind::CellEnd)] {
+        w.push_event(EventRow {
+            time_ns,
+            kind,
+            request_id: None,
+            detail: None,
+        })?;
+    }
+    w.commit()
+}
+
+/// The reference report's matrix: 9 prefill contexts (8K … 1M), and 9 contexts × 8
+/// concurrency levels (1 … 128) of decode cells.
+pub const REFERENCE_CONTEXTS: [u32; 9] = [
+    8192, 16384, 32768, 65536, 131072, 262144, 524288, 1043456, 1048576,
+];
+pub const REFERENCE_CONCURRENCY: [u32; 8] = [1, 2, 4, 8, 16, 32, 64, 128];
+/// Output tokens per decode cell by concurrency, shaped like the reference report's
+/// rows (30 s windows), about 388 K per context and 3.5 M for the matrix.
+pub const REFERENCE_TOKENS: [u64; 8] = [
+    5_000, 9_000, 15_300, 25_700, 42_600, 65_500, 91_500, 133_700,
+];
+
+/// Writes a synthetic run the size of the reference matrix (81 cells, ~3.5 M tokens).
+pub fn write_reference_matrix(run: &Path, run_id: &str) -> Result<Manifest> {
+    std::fs::create_dir_all(run).map_err(|e| crate::Error::io(run, e))?;
+    let mut keys = Vec::new();
+    for ctx in REFERENCE_CONTEXTS {
+        let key = CellKey::new(Phase::Prefill, ctx, 1);
+        // Prefill at ~20 K tokens/s.
+        write_prefill_cell(run, key, i64::from(ctx) * 50_000)?;
+        keys.push(key);
+        for (n, tokens) in REFERENCE_CONCURRENCY.iter().zip(REFERENCE_TOKENS) {
+            let key = CellKey::new(Phase::Decode, ctx, *n);
+            write_decode_cell(run, &DecodeSpec::new(key, tokens))?;
+            keys.push(key);
+        }
+    }
+    let m = manifest(run_id, &keys);
+    m.write(run)?;
+    Ok(m)
+}

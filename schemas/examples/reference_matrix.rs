@@ -1,0 +1,43 @@
+//! Writes a synthetic run the size of the reference report's matrix through the real
+//! writers (9 prefill cells, 72 decode cells, ~3.5 M output tokens), for the re-scoring
+//! speed benchmark (bench/rescore.sh), and prints what it wrote.
+//!
+//! usage: reference_matrix OUT_DIR
+
+use std::process::ExitCode;
+
+use tokentrace_schemas::synth;
+
+fn run() -> Result<(), String> {
+    let out = std::env::args()
+        .nth(1)
+        .ok_or("usage: reference_matrix OUT_DIR")?;
+    let out = std::path::Path::new(&out);
+    if out.exists() {
+        return Err(format!(
+            "{}: already exists; give a new folder",
+            out.display()
+        ));
+    }
+    let started = std::time::Instant::now();
+    let m = synth::write_reference_matrix(out, "reference-matrix").map_err(|e| e.to_string())?;
+    let tokens: u64 =
+        synth::REFERENCE_TOKENS.iter().sum::<u64>() * synth::REFERENCE_CONTEXTS.len() as u64;
+    println!(
+        "{}: {} cells, {tokens} decode tokens, written in {:.1} s",
+        out.display(),
+        m.cells.len(),
+        started.elapsed().as_secs_f64()
+    );
+    Ok(())
+}
+
+fn main() -> ExitCode {
+    match run() {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("reference_matrix: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
