@@ -1,9 +1,12 @@
 //! Accuracy benchmark: how late does the recorder see what the simulator sent? Records one
-//! decode cell per concurrency against the simulator (10 ms steps, one token per chunk,
-//! 100 tokens per request) with ground truth on, then reports, per event, the recorder's
-//! arrival time minus the simulator's write time, both on CLOCK_MONOTONIC.
+//! decode cell per concurrency against the simulator (TTFT 50 ms, 10 ms steps, one token
+//! per chunk, 100 tokens per request) with ground truth on, then compares the recorder's
+//! arrival times with the simulator's socket write times (both CLOCK_MONOTONIC):
+//! - TTFT error: first token's arrival − its write;
+//! - inter-token error: |(arrival_i − arrival_i−1) − (write_i − write_i−1)| per event;
+//! - and per event, arrival − write, and the recorder's own queueing delay.
 //!
-//! usage: accuracy_bench [WINDOW_SECONDS=5] [CONCURRENCY...=1 100 1000]
+//! usage: accuracy_bench [WINDOW_SECONDS=5] [CONCURRENCY...=1 10 100 500 1000]
 //! (run with `--release`; the figures go to BENCHMARKS.md)
 
 use std::collections::HashMap;
@@ -65,7 +68,7 @@ async fn one(streams: u32, window: Duration) -> Result<String, String> {
     let ctx = RunCtx {
         client: reqwest::Client::builder()
             .tcp_nodelay(true)
-            .pool_max_idle_per_host(4096)
+            .pool_max_idle_per_host(0)
             .build()
             .map_err(|e| e.to_string())?,
         clock,
@@ -123,7 +126,9 @@ async fn one(streams: u32, window: Duration) -> Result<String, String> {
     let zero = clock.monotonic_at_zero();
     let mut delay: Vec<i64> = Vec::new();
     let mut first: Vec<i64> = Vec::new();
+    let mut gap_err: Vec<i64> = Vec::new();
     let mut queue: Vec<i64> = Vec::new();
+    let mut by_request: HashMap<i64, Vec<(i32, i64, i64)>> = HashMap::new();
     for c in chunks.iter().filter(|c| c.kind == ChunkKind::Data) {
         let Some(sid) = rec_to_sim.get(&c.request_id) else {
             continue;
@@ -131,27 +136,42 @@ async fn one(streams: u32, window: Duration) -> Result<String, String> {
         let Some(w) = written.get(&(*sid, c.seq)) else {
             continue;
         };
-        let d = c.arrival_ns - (w - zero);
-        delay.push(d);
-        if c.seq == 0 {
-            first.push(d);
-        }
+        let w = w - zero;
+        delay.push(c.arrival_ns - w);
+        by_request
+            .entry(c.request_id)
+            .or_default()
+            .push((c.seq, c.arrival_ns, w));
         if let Some(q) = c.queue_delay_ns {
             queue.push(q);
         }
     }
-    delay.sort_unstable();
-    first.sort_unstable();
-    queue.sort_unstable();
+    for events in by_request.values_mut() {
+        events.sort_unstable();
+        if let Some((_, a, w)) = events.first() {
+            first.push(a - w);
+        }
+        for pair in events.windows(2) {
+            let ((_, a0, w0), (_, a1, w1)) = (pair[0], pair[1]);
+            gap_err.push(((a1 - a0) - (w1 - w0)).abs());
+        }
+    }
+    for v in [&mut delay, &mut first, &mut gap_err, &mut queue] {
+        v.sort_unstable();
+    }
     let _ = std::fs::remove_dir_all(&base);
+    let events_per_s = delay.len() as f64 / window.as_secs_f64();
     Ok(format!(
-        "| {streams} | {} | {:.3} | {:.3} | {:.3} | {:.3} | {:.3} | {:.3} | {dropped} |",
+        "| {streams} | {} | {events_per_s:.0} | {:.3} | {:.3} | {:.3} | {:.3} | {:.3} | {:.3} | {:.3} | {:.3} | {:.3} | {dropped} |",
         delay.len(),
+        pct(&first, 0.5),
+        pct(&first, 0.99),
+        pct(&first, 1.0),
+        pct(&gap_err, 0.5),
+        pct(&gap_err, 0.99),
+        pct(&gap_err, 1.0),
         pct(&delay, 0.5),
         pct(&delay, 0.99),
-        pct(&delay, 1.0),
-        pct(&first, 0.5),
-        pct(&queue, 0.5),
         pct(&queue, 0.99),
     ))
 }
@@ -167,19 +187,19 @@ fn run() -> Result<(), String> {
             .map(|a| a.parse().map_err(|e| format!("`{a}`: {e}")))
             .collect::<Result<_, _>>()?
     } else {
-        vec![1, 100, 1000]
+        vec![1, 10, 100, 500, 1000]
     };
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
         .map_err(|e| e.to_string())?;
     println!(
-        "window {window} s, 10 ms steps, one token per chunk, 100 tokens per request; times in ms"
+        "window {window} s, TTFT 50 ms, 10 ms steps, one token per chunk, 100 tokens per request; times in ms"
     );
     println!(
-        "| streams | events | arrival − write p50 | p99 | max | first event p50 | queue delay p50 | p99 | truth rows dropped |"
+        "| streams | events | events/s | TTFT error p50 | p99 | max | inter-token error p50 | p99 | max | arrival − write p50 | p99 | queue delay p99 | truth rows dropped |"
     );
-    println!("|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+    println!("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
     for n in levels {
         println!("{}", rt.block_on(one(n, Duration::from_secs_f64(window)))?);
     }

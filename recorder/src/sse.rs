@@ -27,6 +27,8 @@ pub struct SseEvent {
 #[derive(Debug, Default)]
 pub struct SseFramer {
     buf: Vec<u8>,
+    /// Where the event being framed starts (bytes before it are consumed).
+    start: usize,
     /// Next byte of `buf` to scan.
     pos: usize,
     /// Where the line being scanned starts.
@@ -57,10 +59,13 @@ impl SseFramer {
                 self.line_start = self.pos;
                 continue;
             }
-            if c != b'\n' && c != b'\r' {
-                self.pos += 1;
-                continue;
-            }
+            // Jump to the next line break (memchr: this is the per-byte hot path).
+            let Some(k) = memchr::memchr2(b'\n', b'\r', &self.buf[self.pos..]) else {
+                self.pos = self.buf.len();
+                break;
+            };
+            self.pos += k;
+            let c = self.buf[self.pos];
             let empty_line = self.pos == self.line_start;
             self.pos += 1;
             if c == b'\r' {
@@ -72,14 +77,19 @@ impl SseFramer {
             }
             self.line_start = self.pos;
             if empty_line {
-                let raw: Vec<u8> = self.buf.drain(..self.pos).collect();
-                self.pos = 0;
-                self.line_start = 0;
-                let ev = parse_event(&raw, arrival_ns);
+                let ev = parse_event(&self.buf[self.start..self.pos], arrival_ns);
+                self.start = self.pos;
                 if ev.data.is_some() || ev.event.is_some() || ev.comment.is_some() {
                     out.push(ev);
                 }
             }
+        }
+        // Drop the consumed events once per read, not once per event.
+        if self.start > 0 {
+            self.buf.drain(..self.start);
+            self.pos -= self.start;
+            self.line_start -= self.start;
+            self.start = 0;
         }
         if self.buf.len() > MAX_EVENT_BYTES {
             return Err(EventTooLong);

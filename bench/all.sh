@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# Every figure of BENCHMARKS.md in one command (about 10 minutes on 2 vCPUs, plus the
+# release build): trace size, recorder accuracy, ingest CPU and memory, re-scoring speed,
+# and the hot-path benches. Run from the repository root: bash bench/all.sh
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+cargo build --release --quiet -p tokentrace -p tokentrace-recorder --examples
+bin=${CARGO_TARGET_DIR:-target}/release
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+echo "## machine: $(nproc) vCPU, $(free -g | awk '/Mem:/ {print $2}') GiB, $(uname -sr)"
+echo "## trace size (1 M tokens)"
+"$bin/examples/synth_run" "$work/size" 1000000 8192:32
+echo "## recorder accuracy"
+"$bin/examples/accuracy_bench" 5 1 10 20 40 100 500 1000
+echo "## recorder CPU and memory"
+bash bench/recorder.sh 1000 20s 60s
+echo "## re-scoring speed"
+bash bench/rescore.sh
+echo "## hot paths"
+cargo bench --quiet -p tokentrace-recorder --bench sse_parse
+cargo bench --quiet -p tokentrace-schemas --bench chunk_writer
