@@ -71,6 +71,8 @@ pub struct Loaded {
     /// Per cell: the recorder's queueing delay (ns) of every event inside the window.
     pub queue_delays: BTreeMap<CellKey, Vec<i64>>,
     pub events: BTreeMap<CellKey, Vec<EventInfo>>,
+    /// Per decode cell: (window_open, window_close); absent when the cell has no window.
+    pub windows: BTreeMap<CellKey, (i64, i64)>,
     /// Per cell, per series name: samples in time order.
     pub samples: BTreeMap<CellKey, BTreeMap<String, Vec<Sample>>>,
     /// Per request: (content, reasoning) text in stream order, for requests with text.
@@ -201,8 +203,16 @@ fn load_events(run: &Run, events: LazyFrame, out: &mut Loaded) -> Result<()> {
             detail: detail[i].clone(),
         });
     }
-    for v in out.events.values_mut() {
+    for (key, v) in &mut out.events {
         v.sort_by_key(|e| e.time_ns);
+        let at = |kind| v.iter().filter(move |e| e.kind == kind).map(|e| e.time_ns);
+        if let (Some(open), Some(close)) = (
+            at(EventKind::WindowOpen).min(),
+            at(EventKind::WindowClose).max(),
+        ) && close >= open
+        {
+            out.windows.insert(*key, (open, close));
+        }
     }
     Ok(())
 }
@@ -264,24 +274,9 @@ fn load_requests(run: &Run, requests: LazyFrame, out: &mut Loaded) -> Result<()>
     Ok(())
 }
 
-/// The window of every cell that has one, as a small frame to join chunks against.
+/// The cells' windows as a small frame to join chunks against.
 fn windows(run: &Run, out: &Loaded) -> Result<DataFrame> {
-    let mut map = BTreeMap::new();
-    for (key, events) in &out.events {
-        let open = events
-            .iter()
-            .filter(|e| e.kind == EventKind::WindowOpen)
-            .map(|e| e.time_ns)
-            .min();
-        let close = events
-            .iter()
-            .filter(|e| e.kind == EventKind::WindowClose)
-            .map(|e| e.time_ns)
-            .max();
-        if let (Some(o), Some(c)) = (open, close) {
-            map.insert(*key, (o, c));
-        }
-    }
+    let map = &out.windows;
     let cols = [
         Column::new(
             "phase".into(),

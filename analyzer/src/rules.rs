@@ -238,12 +238,8 @@ impl RuleSet {
 
     /// A built-in rule set by `name` or `name@version`.
     pub fn builtin(name: &str) -> Option<RuleSet> {
-        let (n, v) = name.split_once('@').unwrap_or((name, ""));
-        let (_, _, text) = BUILTIN
-            .iter()
-            .find(|(bn, bv, _)| *bn == n && (v.is_empty() || *bv == v))?;
         // The built-in texts are tested to parse; a failure here is a build defect.
-        parse(text, Path::new(n)).ok()
+        parse(builtin_text(name)?, Path::new(name)).ok()
     }
 
     /// A rule set from a file path, or else a built-in name (`reference`,
@@ -311,6 +307,15 @@ impl RuleSet {
     }
 }
 
+/// The TOML of a built-in rule set named `name` or `name@version`.
+fn builtin_text(name: &str) -> Option<&'static str> {
+    let (n, v) = name.split_once('@').unwrap_or((name, ""));
+    BUILTIN
+        .iter()
+        .find(|(bn, bv, _)| *bn == n && (v.is_empty() || *bv == v))
+        .map(|(_, _, text)| *text)
+}
+
 /// Parses a rule set; `extends = "NAME"` takes a built-in set and overrides what the
 /// file gives, key by key.
 pub fn parse(text: &str, path: &Path) -> Result<RuleSet> {
@@ -325,9 +330,7 @@ pub fn parse(text: &str, path: &Path) -> Result<RuleSet> {
         let base_name = base
             .as_str()
             .ok_or_else(|| bad("extends must be a string".to_string()))?;
-        let (_, _, base_text) = BUILTIN
-            .iter()
-            .find(|(n, v, _)| *n == base_name || format!("{n}@{v}") == base_name)
+        let base_text = builtin_text(base_name)
             .ok_or_else(|| bad(format!("extends: no built-in rule set `{base_name}`")))?;
         let mut merged: toml::Table = base_text
             .parse()

@@ -346,27 +346,37 @@ pub fn score(run: &Run, rules: &RuleSet) -> Result<Scoring> {
     })
 }
 
-fn unscored(key: CellKey, state: &str, reason: Option<String>) -> CellScore {
+/// A cell in `state` (the scorers fill in verdict and figures of `complete` ones).
+fn new_cell(key: CellKey, state: &str, reason: Option<String>) -> CellScore {
     CellScore {
         phase: key.phase,
         context: key.context,
         concurrency: key.concurrency,
-        state: if state == CellStatus::Complete.as_str() {
-            // Listed complete but no folder: the folder was lost.
-            "incomplete".to_string()
-        } else {
-            state.to_string()
-        },
-        reason: if state == CellStatus::Complete.as_str() && reason.is_none() {
-            Some("the manifest lists the cell as complete but its folder is missing".to_string())
-        } else {
-            reason
-        },
+        state: state.to_string(),
+        reason,
         verdict: None,
         evidence: Vec::new(),
         evidence_omitted: 0,
         warnings: Vec::new(),
         figures: None,
+    }
+}
+
+/// A cell as the manifest lists it, before any folder is looked at: one listed complete
+/// has lost its folder unless a complete folder replaces this entry.
+fn unscored(key: CellKey, status: &str, reason: Option<String>) -> CellScore {
+    if status == CellStatus::Complete.as_str() {
+        new_cell(
+            key,
+            "incomplete",
+            reason.or_else(|| {
+                Some(
+                    "the manifest lists the cell as complete but its folder is missing".to_string(),
+                )
+            }),
+        )
+    } else {
+        new_cell(key, status, reason)
     }
 }
 
@@ -432,9 +442,7 @@ fn capped<T>(mut items: Vec<T>) -> (Vec<T>, usize) {
 }
 
 fn score_prefill(key: CellKey, loaded: &Loaded, rules: &RuleSet) -> CellScore {
-    let mut cell = unscored(key, "complete", None);
-    cell.state = "complete".to_string();
-    cell.reason = None;
+    let mut cell = new_cell(key, "complete", None);
     let requests = loaded.requests.get(&key).map(Vec::as_slice).unwrap_or(&[]);
     let scouts: Vec<&RequestInfo> = requests.iter().filter(|r| r.role == Role::Scout).collect();
     let mut evidence = Vec::new();
@@ -488,21 +496,6 @@ fn score_prefill(key: CellKey, loaded: &Loaded, rules: &RuleSet) -> CellScore {
     cell
 }
 
-fn window_of(loaded: &Loaded, key: CellKey) -> Option<(i64, i64)> {
-    let events = loaded.events.get(&key)?;
-    let open = events
-        .iter()
-        .filter(|e| e.kind == EventKind::WindowOpen)
-        .map(|e| e.time_ns)
-        .min()?;
-    let close = events
-        .iter()
-        .filter(|e| e.kind == EventKind::WindowClose)
-        .map(|e| e.time_ns)
-        .max()?;
-    (close >= open).then_some((open, close))
-}
-
 /// Gauge samples taken wholly inside the window, in time order.
 fn in_window(samples: Option<&Vec<Sample>>, open: i64, close: i64) -> Vec<&Sample> {
     samples
@@ -520,10 +513,8 @@ fn mean(samples: &[&Sample]) -> Option<f64> {
 }
 
 fn score_decode(key: CellKey, loaded: &Loaded, rules: &RuleSet, preset: &Preset) -> CellScore {
-    let mut cell = unscored(key, "complete", None);
-    cell.state = "complete".to_string();
-    cell.reason = None;
-    let Some((open, close)) = window_of(loaded, key) else {
+    let mut cell = new_cell(key, "complete", None);
+    let Some(&(open, close)) = loaded.windows.get(&key) else {
         cell.verdict = Some(Verdict::Error);
         cell.evidence.push(Evidence::Missing {
             what: "no measurement window (window_open/window_close events)".to_string(),
@@ -797,6 +788,9 @@ fn find_loops(
     let l = &rules.looped;
     let (mut loops, mut suspects) = (Vec::new(), Vec::new());
     let min_span = l.min_span_chars.min(l.suspect_min_span_chars) as usize;
+    let mut channels = l.channels.clone();
+    channels.sort();
+    channels.dedup();
     for r in requests {
         if r.role == Role::Warmup && !l.include_warmup {
             continue;
@@ -804,10 +798,7 @@ fn find_loops(
         let Some((content, reasoning)) = loaded.text.get(&r.request_id) else {
             continue;
         };
-        let mut channels = l.channels.clone();
-        channels.sort();
-        channels.dedup();
-        for channel in channels {
+        for &channel in &channels {
             let text = match channel {
                 Channel::Content => content,
                 Channel::Reasoning => reasoning,

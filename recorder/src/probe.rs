@@ -280,17 +280,22 @@ pub async fn probe(
     })
 }
 
-/// Token ids of `/tokenize` for `body`, if that shape is served.
-pub async fn get_tokenize(client: &reqwest::Client, base: &str, body: &Value) -> Option<Vec<u64>> {
-    let resp = client
-        .post(join(base, "/tokenize"))
-        .json(body)
-        .send()
-        .await
-        .ok()?;
+/// The JSON answer of `POST base/path` with `body`; `None` on any failure or non-2xx.
+pub async fn post_json(
+    client: &reqwest::Client,
+    base: &str,
+    path: &str,
+    body: &Value,
+) -> Option<Value> {
+    let resp = client.post(join(base, path)).json(body).send().await.ok()?;
     if !resp.status().is_success() {
         return None;
     }
-    let v: Value = resp.json().await.ok()?;
+    resp.json().await.ok()
+}
+
+/// Token ids of `/tokenize` for `body`, if that shape is served.
+pub async fn get_tokenize(client: &reqwest::Client, base: &str, body: &Value) -> Option<Vec<u64>> {
+    let v = post_json(client, base, "/tokenize", body).await?;
     v["tokens"].as_array()?.iter().map(Value::as_u64).collect()
 }

@@ -6,7 +6,7 @@
 use serde_json::{Value, json};
 use tokentrace_schemas::tables::Endpoint;
 
-use crate::probe::get_tokenize;
+use crate::probe::{get_tokenize, post_json};
 
 /// Why a prompt could not be built.
 #[derive(Debug, thiserror::Error)]
@@ -58,7 +58,10 @@ async fn count(
         // count the rendered prompt with its special tokens; without that endpoint, the
         // message alone.
         let messages = json!({"messages": [{"role": "user", "content": text}]});
-        if let Some(prompt) = apply_template(client, base, &messages).await {
+        if let Some(prompt) = post_json(client, base, "/apply-template", &messages)
+            .await
+            .and_then(|v| v["prompt"].as_str().map(str::to_string))
+        {
             return get_tokenize(
                 client,
                 base,
@@ -76,21 +79,6 @@ async fn count(
         }
     };
     get_tokenize(client, base, &body).await.map(|t| t.len())
-}
-
-/// llama.cpp's `/apply-template`: the chat prompt as the server renders it.
-async fn apply_template(client: &reqwest::Client, base: &str, body: &Value) -> Option<String> {
-    let resp = client
-        .post(crate::probe::join(base, "/apply-template"))
-        .json(body)
-        .send()
-        .await
-        .ok()?;
-    if !resp.status().is_success() {
-        return None;
-    }
-    let v: Value = resp.json().await.ok()?;
-    v["prompt"].as_str().map(str::to_string)
 }
 
 /// Builds a prompt of exactly `n` tokens for `endpoint`.

@@ -230,46 +230,35 @@ fn gen_request(
     let failing = spec.failing == Some(index);
     let finished = done >= u64::from(spec.max_tokens) && !failing;
     let end = t;
-    if failing {
-        let event =
-            "event: error\ndata: {\"error\":{\"message\":\"synthetic failure\"}}\n\n".to_string();
-        chunks.push((
+    // The event that ends the stream: an error event, or `[DONE]`.
+    let terminal = |kind: ChunkKind, event: &str, error: Option<&str>| {
+        (
             ChunkRow {
                 request_id: id,
                 seq,
                 arrival_ns: end,
                 queue_delay_ns: Some(3_000),
                 bytes: i32::try_from(event.len()).unwrap_or(0),
-                kind: ChunkKind::Error,
+                kind,
                 tokens: None,
                 completion_tokens: None,
                 content: None,
                 reasoning: None,
                 finish_reason: None,
-                error: Some("synthetic failure".to_string()),
+                error: error.map(str::to_string),
             },
-            event,
+            event.to_string(),
+        )
+    };
+    if failing {
+        chunks.push(terminal(
+            ChunkKind::Error,
+            "event: error\ndata: {\"error\":{\"message\":\"synthetic failure\"}}\n\n",
+            Some("synthetic failure"),
         ));
     }
     if finished {
-        let event = "data: [DONE]\n\n".to_string();
-        chunks.push((
-            ChunkRow {
-                request_id: id,
-                seq,
-                arrival_ns: end,
-                queue_delay_ns: Some(3_000),
-                bytes: i32::try_from(event.len()).unwrap_or(0),
-                kind: ChunkKind::Done,
-                tokens: None,
-                completion_tokens: None,
-                content: None,
-                reasoning: None,
-                finish_reason: None,
-                error: None,
-            },
-            event,
-        ));
+        chunks.push(terminal(ChunkKind::Done, "data: [DONE]\n\n", None));
         if let Some((last, _)) = chunks.iter_mut().rev().nth(1) {
             last.finish_reason = Some("length".to_string());
         }

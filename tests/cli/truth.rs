@@ -42,6 +42,31 @@ eos_probability = 0.0
 seed = 3
 "#;
 
+/// Completions into `out`, 30 s timeouts, exact prompts; each test sets its matrix.
+fn options(target: String, out: &std::path::Path) -> RecordOptions {
+    RecordOptions {
+        target,
+        out: out.to_path_buf(),
+        model: None,
+        endpoint: Endpoint::Completions,
+        contexts: Vec::new(),
+        concurrency: Vec::new(),
+        window: Duration::from_secs(1),
+        max_tokens: 16,
+        metrics_url: None,
+        scrape_interval: Duration::from_millis(250),
+        stall_timeout: Duration::from_secs(30),
+        warmup_timeout: Duration::from_secs(30),
+        drain_timeout: Duration::from_secs(30),
+        prompt_tolerance: 0,
+        resume: false,
+        describe: Vec::new(),
+        launch_command: None,
+        api_key: None,
+        progress: Default::default(),
+    }
+}
+
 fn within_1pct(what: &str, analyzer: f64, truth: f64) {
     let rel = (analyzer - truth).abs() / truth.abs();
     eprintln!(
@@ -84,25 +109,12 @@ async fn figures_agree_with_the_simulators_ground_truth() {
     .expect("sim");
     let out = tmp.path().join("run");
     let opts = RecordOptions {
-        target: sim.url(),
-        out: out.clone(),
-        model: None,
-        endpoint: Endpoint::Completions,
         contexts: vec![512],
         concurrency: vec![1, 4, 8],
         window: Duration::from_secs(2),
         max_tokens: 16,
-        metrics_url: None,
         scrape_interval: Duration::from_millis(250),
-        stall_timeout: Duration::from_secs(30),
-        warmup_timeout: Duration::from_secs(30),
-        drain_timeout: Duration::from_secs(30),
-        prompt_tolerance: 0,
-        resume: false,
-        describe: Vec::new(),
-        launch_command: None,
-        api_key: None,
-        progress: Default::default(),
+        ..options(sim.url(), &out)
     };
     let manifest = runner::record(&opts, |_| {}).await.expect("recorded");
     let (stats, dropped) = sim.stop().expect("truth on");
@@ -234,10 +246,6 @@ async fn without_server_metrics_the_client_side_evidence_is_used_and_said() {
     .expect("sim");
     let out = tmp.path().join("run");
     let opts = RecordOptions {
-        target: sim.url(),
-        out: out.clone(),
-        model: None,
-        endpoint: Endpoint::Completions,
         contexts: vec![256],
         concurrency: vec![2],
         window: Duration::from_millis(800),
@@ -245,15 +253,7 @@ async fn without_server_metrics_the_client_side_evidence_is_used_and_said() {
         // Not a metrics endpoint: the probe finds no Prometheus text there.
         metrics_url: Some(format!("{}/no-metrics-here", sim.url())),
         scrape_interval: Duration::from_millis(200),
-        stall_timeout: Duration::from_secs(30),
-        warmup_timeout: Duration::from_secs(30),
-        drain_timeout: Duration::from_secs(30),
-        prompt_tolerance: 0,
-        resume: false,
-        describe: Vec::new(),
-        launch_command: None,
-        api_key: None,
-        progress: Default::default(),
+        ..options(sim.url(), &out)
     };
     let manifest = runner::record(&opts, |_| {}).await.expect("recorded");
     let _ = sim.stop();
