@@ -72,7 +72,13 @@ async fn one(streams: u32, window: Duration) -> Result<String, String> {
             .build()
             .map_err(|e| e.to_string())?,
         clock,
-        url: format!("{}/v1/completions", sim.url()),
+        transport: std::sync::Arc::new(
+            tokentrace_recorder::http::Transport::new(
+                &format!("{}/v1/completions", sim.url()),
+                &[],
+            )
+            .map_err(|e| e.to_string())?,
+        ),
         endpoint: Endpoint::Completions,
         metrics_url: Some(format!("{}/metrics", sim.url())),
         scrape_interval: Duration::from_secs(1),

@@ -15,7 +15,8 @@ use tokentrace_schemas::writer::CellWriter;
 use tokentrace_schemas::{CellKey, Phase};
 use tokio::sync::{mpsc, oneshot, watch};
 
-use crate::client::{self, Record, RequestSpec, RunCtl, TokenCounting};
+use crate::client::{self, Lane, Record, RequestSpec, RunCtl, TokenCounting};
+use crate::http::Transport;
 use crate::scrape;
 
 /// Records queued between request tasks and the cell's writer: the bound on memory.
@@ -48,10 +49,11 @@ pub enum CellError {
 /// Everything a cell needs that the whole run shares.
 #[derive(Debug, Clone)]
 pub struct RunCtx {
+    /// For scrapes.
     pub client: reqwest::Client,
     pub clock: RunClock,
-    /// Generation endpoint URL.
-    pub url: String,
+    /// Where generation requests go (the endpoint's URL, headers, connection ids).
+    pub transport: Arc<Transport>,
     pub endpoint: Endpoint,
     pub metrics_url: Option<String>,
     pub scrape_interval: Duration,
@@ -110,7 +112,6 @@ impl Cell {
             slot,
             role,
             endpoint: self.ctx.endpoint,
-            url: self.ctx.url.clone(),
             body: body.clone(),
             prompt_tokens_requested: self.plan.prompt_tokens,
             max_tokens: Some(max_tokens),
@@ -169,18 +170,23 @@ fn writer_loop(
     let mut commit = false;
     while let Some(r) = rx.blocking_recv() {
         match r {
-            Record::Chunk(c) => {
-                if let Some(t) = c.tokens.and_then(|t| u64::try_from(t).ok()) {
-                    tokens.fetch_add(t, Ordering::Relaxed);
-                }
-                w.push_chunk(c)?;
-            }
-            Record::Raw {
+            Record::Read {
                 request_id,
                 arrival_ns,
                 bytes,
-            } => w.raw.write(request_id, arrival_ns, &bytes)?,
-            Record::Request(q) => w.push_request(q)?,
+                chunks,
+            } => {
+                if !bytes.is_empty() {
+                    w.raw.write(request_id, arrival_ns, &bytes)?;
+                }
+                let mut n = 0u64;
+                for c in chunks {
+                    n += c.tokens.and_then(|t| u64::try_from(t).ok()).unwrap_or(0);
+                    w.push_chunk(c)?;
+                }
+                tokens.fetch_add(n, Ordering::Relaxed);
+            }
+            Record::Request(q) => w.push_request(*q)?,
             Record::Metrics(rows) => {
                 for m in rows {
                     w.push_metric(m)?;
@@ -293,7 +299,8 @@ pub async fn record_prefill(
         cancel,
         first_token: None,
     };
-    client::run(&ctx.client, &spec, ctl, &ctx.clock, &cell.tx).await;
+    let mut lane = Lane::new(ctx.transport.clone());
+    client::run(&mut lane, &spec, ctl, &ctx.clock, &cell.tx).await;
     cell.scrape_once().await;
     finish(cell, handle).await
 }
@@ -338,6 +345,8 @@ pub async fn record_decode(
         let cancel = cancel_rx.clone();
         workers.push(tokio::spawn(async move {
             let mut first = Some(first_tx);
+            // The worker's connection, kept alive from one request to the next.
+            let mut lane = Lane::new(cell.ctx.transport.clone());
             while !closed.load(Ordering::Acquire) {
                 let role = if open.load(Ordering::Acquire) {
                     Role::Measured
@@ -352,7 +361,7 @@ pub async fn record_decode(
                     cancel: cancel.clone(),
                     first_token: first.take(),
                 };
-                client::run(&cell.ctx.client, &spec, ctl, &cell.ctx.clock, &cell.tx).await;
+                client::run(&mut lane, &spec, ctl, &cell.ctx.clock, &cell.tx).await;
             }
         }));
     }

@@ -1,52 +1,41 @@
-//! One streamed request, recorded: sends it, stamps every socket read on the run clock
-//! as soon as the read returns (before any parsing), frames and parses the SSE events,
-//! and hands chunk rows, raw reads and finally the request's row to the cell's writer.
-//! Every way a request can end (finish, HTTP error, error event, disconnect, stall,
-//! cancel at window close) ends in a row with its reason; nothing here panics.
+//! One streamed request, recorded: takes the worker's kept-alive connection (or opens
+//! one), writes the request and stamps when the write returned, stamps every socket read
+//! as it returns, and feeds the body to the wire crate's assembler, whose rows go to the
+//! cell's writer one batch per read. A reused connection found closed before any
+//! response byte is retried once on a new one, and the retry is recorded. Every way a
+//! request can end gives a row with its reason; nothing here panics.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokentrace_schemas::clock::RunClock;
-use tokentrace_schemas::tables::{ChunkKind, ChunkRow, EndReason, Endpoint, RequestRow, Role};
+use tokentrace_schemas::tables::{ChunkRow, Endpoint, EventKind, EventRow, RequestRow, Role};
+use tokentrace_wire::{Assembler, End};
 use tokio::sync::{mpsc, oneshot, watch};
 
-use crate::parse::{Parsed, parse};
-use crate::sse::SseFramer;
+pub use tokentrace_wire::{MAX_ERROR_BODY, TokenCounting};
 
-/// Longest error body kept from a non-2xx response.
-pub const MAX_ERROR_BODY: usize = 64 * 1024;
+use crate::http::{BodyDecoder, Conn, Transport, parse_head};
 
 /// What goes to a cell's writer.
 #[derive(Debug, Clone)]
 pub enum Record {
-    Chunk(ChunkRow),
-    Raw {
+    /// One socket read of a response body and the rows of the events it completed.
+    Read {
         request_id: i64,
         arrival_ns: i64,
-        bytes: bytes::Bytes,
+        /// The body bytes of the read (transfer framing removed); may be empty when
+        /// only rows are handed over (at the end of a request).
+        bytes: Vec<u8>,
+        chunks: Vec<ChunkRow>,
     },
-    Request(RequestRow),
+    Request(Box<RequestRow>),
     /// Samples of one metrics scrape (the server's, or the recorder's own health).
     Metrics(Vec<tokentrace_schemas::tables::MetricRow>),
-    Event(tokentrace_schemas::tables::EventRow),
+    Event(EventRow),
     /// The cell ended normally: commit it. A writer whose channel closes without this
     /// (Ctrl-C, a crash) leaves the cell uncommitted, to be redone by `--resume`.
     Commit,
-}
-
-/// How chunk token counts are obtained (see the manifest's `token_counting`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum TokenCounting {
-    /// `choices[0].token_ids` lengths.
-    TokenIds,
-    /// Increases of cumulative `usage.completion_tokens` (continuous usage stats).
-    Usage,
-    /// One token per event with text; the final usage, when sent, settles the rest on
-    /// the finishing event (the EOS of a `stop` stream streams no text but counts).
-    OnePerChunk,
-    /// Per event, whatever it carries: token ids, else continuous usage, else one per
-    /// text event. For streams whose server was not probed yet (the probe itself).
-    Auto,
 }
 
 /// One request to send.
@@ -56,161 +45,10 @@ pub struct RequestSpec {
     pub slot: Option<i32>,
     pub role: Role,
     pub endpoint: Endpoint,
-    /// Full URL of the endpoint.
-    pub url: String,
     /// JSON body.
     pub body: bytes::Bytes,
     pub prompt_tokens_requested: i32,
     pub max_tokens: Option<i32>,
-}
-
-/// Per-request state while its stream is read.
-struct Stream<'a> {
-    spec: &'a RequestSpec,
-    counting: TokenCounting,
-    clock: &'a RunClock,
-    seq: i32,
-    row: RequestRow,
-    /// Cumulative completion tokens reported so far.
-    last_cumulative: i32,
-    /// Tokens attributed to chunks so far.
-    attributed: i32,
-    /// Cumulative usage came with text events (continuous usage stats).
-    continuous: bool,
-    /// The last data row, held back so a later usage chunk can settle its tokens.
-    pending: Option<ChunkRow>,
-    /// Told the arrival time of the first token, once.
-    first_token: Option<oneshot::Sender<i64>>,
-}
-
-impl Stream<'_> {
-    async fn emit(&mut self, out: &mpsc::Sender<Record>, row: ChunkRow) {
-        let _ = out.send(Record::Chunk(row)).await;
-    }
-
-    async fn flush_pending(&mut self, out: &mpsc::Sender<Record>) {
-        if let Some(row) = self.pending.take() {
-            self.emit(out, row).await;
-        }
-    }
-
-    /// Turns one parsed event into a row, tracking the request's lifecycle.
-    async fn on_event(
-        &mut self,
-        out: &mpsc::Sender<Record>,
-        arrival_ns: i64,
-        wire_bytes: usize,
-        p: Parsed,
-    ) {
-        self.row.first_chunk_ns.get_or_insert(arrival_ns);
-        if let Some(id) = &p.server_id {
-            self.row.server_request_id.get_or_insert_with(|| id.clone());
-        }
-        let kind = p.kind();
-        if let Some(u) = p.usage {
-            if let Some(prompt) = u.prompt_tokens {
-                self.row.prompt_tokens_server = Some(prompt);
-            }
-            if let Some(cached) = u.cached_tokens {
-                self.row.cached_tokens_server = Some(cached);
-            }
-            if let Some(c) = u.completion_tokens {
-                self.row.completion_tokens_server = Some(c);
-            }
-        }
-        let cumulative = p.usage.and_then(|u| u.completion_tokens);
-        // A final usage chunk: no text, no finish reason, only usage.
-        let is_usage_only = kind == ChunkKind::Data
-            && !p.has_text()
-            && p.finish_reason.is_none()
-            && p.usage.is_some();
-        if p.has_text() && cumulative.is_some() {
-            self.continuous = true;
-        }
-        let tokens = match self.counting {
-            TokenCounting::TokenIds => {
-                p.token_ids
-                    .or(if kind == ChunkKind::Data && p.usage.is_none() {
-                        Some(0)
-                    } else {
-                        None
-                    })
-            }
-            TokenCounting::Usage => cumulative.map(|c| c - self.last_cumulative),
-            TokenCounting::OnePerChunk => {
-                (kind == ChunkKind::Data).then(|| i32::from(p.has_text()))
-            }
-            TokenCounting::Auto => match (p.token_ids, cumulative) {
-                (Some(n), _) => Some(n),
-                (None, Some(c)) if self.continuous => Some(c - self.last_cumulative),
-                _ => (kind == ChunkKind::Data).then(|| i32::from(p.has_text())),
-            },
-        };
-        // A final usage chunk settles what one-per-chunk counting could not see (the EOS
-        // of a `stop` stream) on the held-back finishing row.
-        if matches!(
-            self.counting,
-            TokenCounting::OnePerChunk | TokenCounting::Auto
-        ) && is_usage_only
-            && let (Some(total), Some(pending)) = (cumulative, self.pending.as_mut())
-            && total > self.attributed
-            && pending.finish_reason.is_some()
-        {
-            let extra = total - self.attributed;
-            pending.tokens = Some(pending.tokens.unwrap_or(0) + extra);
-            self.attributed += extra;
-        }
-        self.flush_pending(out).await;
-        if let Some(c) = cumulative {
-            self.last_cumulative = c;
-        }
-        if let Some(t) = tokens {
-            self.attributed += t;
-            if t > 0 {
-                if let Some(tell) = self.first_token.take() {
-                    let _ = tell.send(arrival_ns);
-                }
-                self.row.first_token_ns.get_or_insert(arrival_ns);
-                self.row.last_token_ns = Some(arrival_ns);
-            }
-        }
-        if let Some(f) = &p.finish_reason {
-            self.row.finish_reason = Some(f.clone());
-        }
-        if kind == ChunkKind::Error {
-            self.row.end_reason = EndReason::StreamError;
-            self.row.error = p.error.clone();
-        }
-        let row = ChunkRow {
-            request_id: self.spec.request_id,
-            seq: self.seq,
-            arrival_ns,
-            // Stamped when the row is built: holding the last data row back (to settle
-            // its tokens from a later usage chunk) is bookkeeping, not recorder delay.
-            queue_delay_ns: Some(self.clock.now_ns() - arrival_ns),
-            bytes: i32::try_from(wire_bytes).unwrap_or(i32::MAX),
-            kind,
-            tokens,
-            completion_tokens: cumulative,
-            content: p.content,
-            reasoning: p.reasoning,
-            finish_reason: p.finish_reason,
-            error: p.error,
-        };
-        self.seq += 1;
-        if kind == ChunkKind::Data {
-            self.pending = Some(row);
-        } else {
-            self.emit(out, row).await;
-        }
-    }
-}
-
-/// Why reading stopped early.
-enum Stop {
-    Cancelled,
-    Stalled,
-    Failed(String),
 }
 
 /// How a request is run, beyond what it is.
@@ -225,9 +63,66 @@ pub struct RunCtl {
     pub first_token: Option<oneshot::Sender<i64>>,
 }
 
-/// Sends `spec` and records it until it ends; the request row is the last record sent.
+/// A closed-loop worker's way to the server: its transport and the connection it keeps
+/// open between requests.
+#[derive(Debug)]
+pub struct Lane {
+    transport: Arc<Transport>,
+    conn: Option<Conn>,
+}
+
+impl Lane {
+    pub fn new(transport: Arc<Transport>) -> Self {
+        Lane {
+            transport,
+            conn: None,
+        }
+    }
+}
+
+/// Why waiting stopped.
+enum Wait<T> {
+    Done(T),
+    Cancelled,
+    Stalled,
+}
+
+/// Waits for `fut`, unless the stall timeout passes or the request is cancelled first.
+async fn guarded<T>(
+    fut: impl Future<Output = T>,
+    stall: Duration,
+    cancel: &mut watch::Receiver<bool>,
+) -> Wait<T> {
+    tokio::select! {
+        biased;
+        r = tokio::time::timeout(stall, fut) => match r {
+            Ok(v) => Wait::Done(v),
+            Err(_) => Wait::Stalled,
+        },
+        () = cancelled(cancel) => Wait::Cancelled,
+    }
+}
+
+/// Resolves when `cancel` turns true; never, if its sender is gone.
+async fn cancelled(cancel: &mut watch::Receiver<bool>) {
+    if cancel.wait_for(|c| *c).await.is_err() {
+        std::future::pending::<()>().await;
+    }
+}
+
+/// How one attempt on a connection went.
+enum Attempt {
+    /// The response ended (or the request stopped); `keep` says whether the connection
+    /// can carry another request.
+    Ended { end: End, keep: bool },
+    /// A reused connection failed before any response byte: try a new one.
+    Retry(String),
+}
+
+/// Sends `spec` on the lane and records it until it ends; the request row is the last
+/// record sent.
 pub async fn run(
-    client: &reqwest::Client,
+    lane: &mut Lane,
     spec: &RequestSpec,
     ctl: RunCtl,
     clock: &RunClock,
@@ -239,190 +134,276 @@ pub async fn run(
         mut cancel,
         first_token,
     } = ctl;
-    let scheduled = clock.now_ns();
-    let mut st = Stream {
-        spec,
-        counting,
+    let row = RequestRow {
+        slot: spec.slot,
+        prompt_tokens_requested: spec.prompt_tokens_requested,
+        max_tokens: spec.max_tokens,
+        retries: Some(0),
+        ..RequestRow::unsent(spec.request_id, spec.role, spec.endpoint, clock.now_ns())
+    };
+    let mut req = Req {
+        asm: Assembler::new(counting, row),
         clock,
-        seq: 0,
-        row: RequestRow {
-            request_id: spec.request_id,
-            slot: spec.slot,
-            role: spec.role,
-            endpoint: spec.endpoint,
-            prompt_tokens_requested: spec.prompt_tokens_requested,
-            prompt_tokens_server: None,
-            cached_tokens_server: None,
-            completion_tokens_server: None,
-            max_tokens: spec.max_tokens,
-            scheduled_ns: scheduled,
-            sent_ns: None,
-            headers_ns: None,
-            first_chunk_ns: None,
-            first_token_ns: None,
-            last_token_ns: None,
-            end_ns: None,
-            end_reason: EndReason::Disconnect,
-            finish_reason: None,
-            http_status: None,
-            error: None,
-            server_request_id: None,
-        },
-        last_cumulative: 0,
-        attributed: 0,
-        continuous: false,
-        pending: None,
+        out,
+        stall: stall_timeout,
         first_token,
     };
-    let request = client
-        .post(&spec.url)
-        .header("content-type", "application/json")
-        .header("accept", "text/event-stream")
-        .body(spec.body.clone());
-    // reqwest writes the request as part of `send`; its start is the closest observable
-    // "sent" mark (the body is small and goes out in one write).
-    st.row.sent_ns = Some(clock.now_ns());
-    let response = tokio::select! {
-        r = tokio::time::timeout(stall_timeout, request.send()) => r,
-        () = cancelled(&mut cancel) => {
-            finish(&mut st, out, Some(Stop::Cancelled)).await;
-            return;
-        }
-    };
-    let mut response = match response {
-        Err(_) => return finish(&mut st, out, Some(Stop::Stalled)).await,
-        Ok(Err(e)) => {
-            return finish(
-                &mut st,
-                out,
-                Some(Stop::Failed(format!("request failed: {e}"))),
-            )
-            .await;
-        }
-        Ok(Ok(r)) => r,
-    };
-    st.row.headers_ns = Some(clock.now_ns());
-    let status = response.status();
-    st.row.http_status = Some(i32::from(status.as_u16()));
-    if let Some(id) = response
-        .headers()
-        .get("x-request-id")
-        .and_then(|v| v.to_str().ok())
-    {
-        st.row.server_request_id = Some(id.to_string());
-    }
-    if !status.is_success() {
-        st.row.end_reason = EndReason::HttpError;
-        let mut body = Vec::new();
-        while let Ok(Some(b)) = response.chunk().await {
-            let arrival = clock.now_ns();
-            let _ = out
-                .send(Record::Raw {
-                    request_id: spec.request_id,
-                    arrival_ns: arrival,
-                    bytes: b.clone(),
-                })
-                .await;
-            body.extend_from_slice(&b[..b.len().min(MAX_ERROR_BODY.saturating_sub(body.len()))]);
-        }
-        st.row.error = Some(String::from_utf8_lossy(&body).into_owned());
-        return finish(&mut st, out, None).await;
-    }
-    let mut framer = SseFramer::new();
-    let stop = loop {
-        let read = tokio::select! {
-            r = tokio::time::timeout(stall_timeout, response.chunk()) => r,
-            () = cancelled(&mut cancel) => break Some(Stop::Cancelled),
+    let bytes = lane.transport.request_bytes(&spec.body);
+    let mut retried = false;
+    let end = loop {
+        // A connection: the open one, or a new one.
+        // A kept connection the server has closed since is dropped here: the request
+        // gets a new one (a reconnect, seen in `connect_start_ns`), not a retry.
+        let open = match lane.conn.take() {
+            Some(c) if c.reusable() => Some(c),
+            _ => None,
         };
-        match read {
-            Err(_) => break Some(Stop::Stalled),
-            Ok(Err(e)) => break Some(Stop::Failed(format!("stream failed: {e}"))),
-            Ok(Ok(None)) => break None,
-            Ok(Ok(Some(bytes))) => {
-                let arrival = clock.now_ns();
-                let events = framer.push(&bytes, arrival);
-                let _ = out
-                    .send(Record::Raw {
-                        request_id: spec.request_id,
-                        arrival_ns: arrival,
-                        bytes,
-                    })
-                    .await;
-                match events {
-                    Ok(events) => {
-                        for ev in events {
-                            let p = parse(&ev);
-                            st.on_event(out, ev.arrival_ns, ev.wire_bytes, p).await;
-                        }
+        let reused = open.is_some();
+        let mut conn = match open {
+            Some(c) => {
+                let r = req.asm.row_mut();
+                r.connect_start_ns = None;
+                r.connection_ns = Some(clock.now_ns());
+                c
+            }
+            None => {
+                req.asm.row_mut().connect_start_ns = Some(clock.now_ns());
+                match guarded(lane.transport.connect(), stall_timeout, &mut cancel).await {
+                    Wait::Done(Ok(c)) => {
+                        req.asm.row_mut().connection_ns = Some(clock.now_ns());
+                        c
                     }
-                    Err(e) => break Some(Stop::Failed(e.to_string())),
+                    Wait::Done(Err(e)) => {
+                        break End::Failed(format!("request failed: cannot connect: {e}"));
+                    }
+                    Wait::Cancelled => break End::Cancelled,
+                    Wait::Stalled => break End::Stalled,
                 }
             }
+        };
+        req.asm.row_mut().connection_id = Some(conn.id);
+        match req
+            .exchange(&mut conn, &bytes, reused && !retried, &mut cancel)
+            .await
+        {
+            Attempt::Ended { end, keep } => {
+                if keep {
+                    conn.served += 1;
+                    lane.conn = Some(conn);
+                }
+                break end;
+            }
+            Attempt::Retry(why) => {
+                retried = true;
+                let r = req.asm.row_mut();
+                r.retries = Some(1);
+                r.sent_ns = None;
+                let detail = format!(
+                    "retry: request {} found kept-alive connection {} closed after {} \
+                     responses, before any response byte ({why}); sent again on a new connection",
+                    spec.request_id, conn.id, conn.served
+                );
+                let _ = out
+                    .send(Record::Event(EventRow {
+                        time_ns: clock.now_ns(),
+                        kind: EventKind::Note,
+                        request_id: Some(spec.request_id),
+                        detail: Some(detail),
+                    }))
+                    .await;
+            }
         }
     };
-    if stop.is_none() && framer.leftover() > 0 {
-        st.row.error = Some(format!(
-            "the stream ended inside an event ({} bytes)",
-            framer.leftover()
-        ));
-    }
-    finish(&mut st, out, stop).await;
+    req.finish(end).await;
 }
 
-/// Resolves when `cancel` turns true; never, if its sender is gone.
-async fn cancelled(cancel: &mut watch::Receiver<bool>) {
-    if cancel.wait_for(|c| *c).await.is_err() {
-        std::future::pending::<()>().await;
-    }
+/// One request's state while it runs.
+struct Req<'a> {
+    asm: Assembler,
+    clock: &'a RunClock,
+    out: &'a mpsc::Sender<Record>,
+    stall: Duration,
+    first_token: Option<oneshot::Sender<i64>>,
 }
 
-async fn finish(st: &mut Stream<'_>, out: &mpsc::Sender<Record>, stop: Option<Stop>) {
-    st.flush_pending(out).await;
-    st.row.end_ns = Some(st.clock.now_ns());
-    match stop {
-        Some(Stop::Cancelled) => st.row.end_reason = EndReason::Cancelled,
-        Some(Stop::Stalled) => st.row.end_reason = EndReason::StallTimeout,
-        Some(Stop::Failed(e)) => {
-            if st.row.end_reason != EndReason::StreamError {
-                st.row.end_reason = EndReason::Disconnect;
+impl Req<'_> {
+    /// Writes the request on `conn` and reads its response to the end.
+    async fn exchange(
+        &mut self,
+        conn: &mut Conn,
+        bytes: &[u8],
+        may_retry: bool,
+        cancel: &mut watch::Receiver<bool>,
+    ) -> Attempt {
+        let stall = self.stall;
+        let ended = |end| Attempt::Ended { end, keep: false };
+        match guarded(conn.write_all(bytes), stall, cancel).await {
+            Wait::Done(Ok(())) => {}
+            Wait::Done(Err(e)) if may_retry => return Attempt::Retry(format!("write: {e}")),
+            Wait::Done(Err(e)) => {
+                return ended(End::Failed(format!("request failed: write: {e}")));
             }
-            st.row.error.get_or_insert(e);
+            Wait::Cancelled => return ended(End::Cancelled),
+            Wait::Stalled => return ended(End::Stalled),
         }
-        None => {
-            if !matches!(
-                st.row.end_reason,
-                EndReason::StreamError | EndReason::HttpError
-            ) {
-                st.row.end_reason = match st.row.finish_reason.as_deref() {
-                    Some("stop") => EndReason::FinishedStop,
-                    Some("length") => EndReason::FinishedLength,
-                    Some(_) => EndReason::FinishedOther,
-                    None => EndReason::Disconnect,
+        self.asm.row_mut().sent_ns = Some(self.clock.now_ns());
+
+        // The response head (1xx interim responses are skipped).
+        let mut got_any = false;
+        let head = loop {
+            match parse_head(conn.pending()) {
+                Ok(Some((head, len))) => {
+                    conn.consume(len);
+                    if (100..200).contains(&head.status) {
+                        continue;
+                    }
+                    break head;
+                }
+                Ok(None) => {}
+                Err(e) => return ended(End::Failed(format!("request failed: {e}"))),
+            }
+            match guarded(conn.read_more(), stall, cancel).await {
+                Wait::Done(Ok(0)) if may_retry && !got_any => {
+                    return Attempt::Retry("closed by the server".to_string());
+                }
+                Wait::Done(Ok(0)) => {
+                    return ended(End::Failed(
+                        "request failed: connection closed before the response head".to_string(),
+                    ));
+                }
+                Wait::Done(Ok(_)) => {
+                    got_any = true;
+                    self.asm.row_mut().headers_ns = Some(self.clock.now_ns());
+                }
+                Wait::Done(Err(e)) if may_retry && !got_any => {
+                    return Attempt::Retry(format!("read: {e}"));
+                }
+                Wait::Done(Err(e)) => return ended(End::Failed(format!("request failed: {e}"))),
+                Wait::Cancelled => return ended(End::Cancelled),
+                Wait::Stalled => return ended(End::Stalled),
+            }
+        };
+        // The head's time is that of the read that completed it.
+        let head_ns = self
+            .asm
+            .row()
+            .headers_ns
+            .unwrap_or_else(|| self.clock.now_ns());
+        self.asm.status(head.status);
+        if let Some(id) = head.request_id {
+            self.asm.row_mut().server_request_id = Some(id);
+        }
+
+        // The body: what came with the head, then one read at a time.
+        let mut dec = BodyDecoder::new(head.body);
+        let mut arrival = head_ns;
+        loop {
+            let mut body = Vec::new();
+            let used = match dec.decode(conn.pending(), &mut body) {
+                Ok(n) => n,
+                Err(e) => return ended(End::Failed(format!("stream failed: {e}"))),
+            };
+            conn.consume(used);
+            if !body.is_empty()
+                && let Err(e) = self.take(arrival, body).await
+            {
+                return ended(End::Failed(e));
+            }
+            if dec.done() {
+                // Bytes past the response's end: the connection is not trusted again.
+                let keep = head.keep_alive && conn.pending().is_empty();
+                return Attempt::Ended {
+                    end: End::Clean,
+                    keep,
                 };
             }
+            match guarded(conn.read_more(), stall, cancel).await {
+                Wait::Done(Ok(0)) if dec.until_eof() => return ended(End::Clean),
+                Wait::Done(Ok(0)) => {
+                    return ended(End::Failed(
+                        "stream failed: connection closed before the response ended".to_string(),
+                    ));
+                }
+                Wait::Done(Ok(_)) => arrival = self.clock.now_ns(),
+                Wait::Done(Err(e)) => return ended(End::Failed(format!("stream failed: {e}"))),
+                Wait::Cancelled => return ended(End::Cancelled),
+                Wait::Stalled => return ended(End::Stalled),
+            }
         }
     }
-    let _ = out.send(Record::Request(st.row.clone())).await;
+
+    /// Hands one read's body bytes to the assembler and its rows to the writer.
+    async fn take(&mut self, arrival_ns: i64, bytes: Vec<u8>) -> Result<(), String> {
+        let mut chunks = Vec::new();
+        let clock = self.clock;
+        let r = self
+            .asm
+            .read(arrival_ns, &bytes, &mut || clock.now_ns(), &mut chunks);
+        if let Some(t) = self.asm.first_token_ns()
+            && let Some(tell) = self.first_token.take()
+        {
+            let _ = tell.send(t);
+        }
+        let _ = self
+            .out
+            .send(Record::Read {
+                request_id: self.asm.row().request_id,
+                arrival_ns,
+                bytes,
+                chunks,
+            })
+            .await;
+        r.map_err(|e| e.to_string())
+    }
+
+    async fn finish(self, end: End) {
+        let mut chunks = Vec::new();
+        let end_ns = self.clock.now_ns();
+        let row = self.asm.finish(end, end_ns, &mut chunks);
+        if !chunks.is_empty() {
+            let _ = self
+                .out
+                .send(Record::Read {
+                    request_id: row.request_id,
+                    arrival_ns: end_ns,
+                    bytes: Vec::new(),
+                    chunks,
+                })
+                .await;
+        }
+        let _ = self.out.send(Record::Request(Box::new(row))).await;
+    }
 }
 
 impl Record {
     /// The record with its request id replaced (the probe's rows, placed in a cell).
     pub fn with_request_id(self, id: i64) -> Record {
         match self {
-            Record::Chunk(mut c) => {
-                c.request_id = id;
-                Record::Chunk(c)
-            }
-            Record::Raw {
-                arrival_ns, bytes, ..
-            } => Record::Raw {
-                request_id: id,
+            Record::Read {
                 arrival_ns,
                 bytes,
-            },
+                mut chunks,
+                ..
+            } => {
+                for c in &mut chunks {
+                    c.request_id = id;
+                }
+                Record::Read {
+                    request_id: id,
+                    arrival_ns,
+                    bytes,
+                    chunks,
+                }
+            }
             Record::Request(mut q) => {
                 q.request_id = id;
                 Record::Request(q)
+            }
+            Record::Event(mut e) => {
+                if e.request_id.is_some() {
+                    e.request_id = Some(id);
+                }
+                Record::Event(e)
             }
             other => other,
         }

@@ -5,11 +5,11 @@
 pub mod cell;
 pub mod cli;
 pub mod client;
-pub mod parse;
+pub mod http;
 pub mod probe;
 pub mod prompt;
 pub mod runner;
 pub mod scrape;
-pub mod sse;
 
 pub use tokentrace_schemas as schemas;
+pub use tokentrace_wire as wire;

@@ -9,10 +9,11 @@ use serde_json::{Value, json};
 use tokentrace_schemas::manifest::{EngineInfo, ServerCapabilities};
 use tokentrace_schemas::tables::Endpoint;
 
-use crate::client::{self, Record, RequestSpec, RunCtl, TokenCounting};
-use crate::sse::SseFramer;
+use crate::client::{self, Lane, Record, RequestSpec, RunCtl, TokenCounting};
+use crate::http::Transport;
 use tokentrace_schemas::clock::RunClock;
 use tokentrace_schemas::tables::Role;
+use tokentrace_wire::sse::SseFramer;
 
 /// Why the run cannot start.
 #[derive(Debug, thiserror::Error)]
@@ -103,6 +104,7 @@ pub fn stream_body(model: &str, endpoint: Endpoint, prompt: &Value, max_tokens: 
 /// reached or does not serve `model`.
 pub async fn probe(
     client: &reqwest::Client,
+    transport: &std::sync::Arc<Transport>,
     clock: &RunClock,
     base: &str,
     model: Option<&str>,
@@ -212,7 +214,6 @@ pub async fn probe(
         slot: None,
         role: Role::Probe,
         endpoint,
-        url: endpoint_url(base, endpoint),
         body: body.to_string().into(),
         prompt_tokens_requested: 0,
         max_tokens: Some(4),
@@ -233,14 +234,15 @@ pub async fn probe(
         records
     };
     let (records, ()) = tokio::join!(collect, async move {
-        client::run(client, &spec, ctl, clock, &tx).await;
+        let mut lane = Lane::new(transport.clone());
+        client::run(&mut lane, &spec, ctl, clock, &tx).await;
     });
     let (mut ids, mut usage_per_chunk) = (false, false);
     let mut framer = SseFramer::new();
     for r in &records {
-        if let Record::Raw { bytes, .. } = r {
+        if let Record::Read { bytes, .. } = r {
             for ev in framer.push(bytes, 0).unwrap_or_default() {
-                let p = crate::parse::parse(&ev);
+                let p = tokentrace_wire::event::parse(&ev);
                 if p.has_text() {
                     ids |= p.token_ids.is_some();
                     usage_per_chunk |= p.usage.is_some_and(|u| u.completion_tokens.is_some());
@@ -262,14 +264,7 @@ pub async fn probe(
             metrics: Some(metrics_ok),
             tokenize,
             max_model_len,
-            token_counting: Some(
-                match counting {
-                    TokenCounting::TokenIds => "token_ids",
-                    TokenCounting::Usage => "usage",
-                    TokenCounting::OnePerChunk | TokenCounting::Auto => "one_per_chunk",
-                }
-                .to_string(),
-            ),
+            token_counting: Some(counting.as_str().to_string()),
         },
         model,
         max_model_len,

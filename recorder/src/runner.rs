@@ -4,6 +4,7 @@
 //! already complete and redoes the rest.
 
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::Value;
@@ -14,6 +15,7 @@ use tokentrace_schemas::tables::Endpoint;
 use tokentrace_schemas::{CellKey, Phase, SCHEMA_VERSION};
 
 use crate::cell::{self, CellError, CellPlan, RunCtx};
+use crate::http::Transport;
 use crate::probe::{self, ProbeError, endpoint_url, stream_body};
 use crate::prompt::{self, PromptError};
 
@@ -123,17 +125,24 @@ fn http_client(api_key: Option<&str>) -> Result<reqwest::Client, RecordError> {
         v.set_sensitive(true);
         headers.insert(reqwest::header::AUTHORIZATION, v);
     }
-    // Every request opens its own connection. Servers close keep-alive connections on
-    // their own terms (llama.cpp's HTTP library after 5 requests on one connection), and
-    // a request written to a connection the server is closing fails without reaching
-    // it: a false "disconnect". Connecting happens before `sent_ns`, so no figure
-    // includes it.
+    // Control-plane calls only (probe, tokenize, metrics); generation streams go through
+    // `http::Transport`, which keeps connections alive per worker. No idle pooling here:
+    // servers close kept-alive connections on their own terms (llama.cpp's HTTP library
+    // after 5 requests), and these calls are too rare to gain from reuse.
     reqwest::Client::builder()
         .default_headers(headers)
         .tcp_nodelay(true)
         .pool_max_idle_per_host(0)
         .build()
         .map_err(|e| RecordError::Client(e.to_string()))
+}
+
+/// The headers every generation request carries besides the fixed ones.
+fn auth_headers(api_key: Option<&str>) -> Vec<(String, String)> {
+    api_key
+        .map(|k| ("authorization".to_string(), format!("Bearer {k}")))
+        .into_iter()
+        .collect()
 }
 
 /// What the runner reports as it goes (for a progress bar or log lines).
@@ -179,9 +188,17 @@ pub async fn record(
     mut progress: impl FnMut(Progress),
 ) -> Result<Manifest, RecordError> {
     let client = http_client(opts.api_key.as_deref())?;
+    let transport = Arc::new(
+        Transport::new(
+            &endpoint_url(&opts.target, opts.endpoint),
+            &auth_headers(opts.api_key.as_deref()),
+        )
+        .map_err(|e| RecordError::Client(e.to_string()))?,
+    );
     let clock = RunClock::start();
     let info = probe::probe(
         &client,
+        &transport,
         &clock,
         &opts.target,
         opts.model.as_deref(),
@@ -257,10 +274,22 @@ pub async fn record(
         }
     };
     manifest.write(&opts.out)?;
+    // A resumed run keeps the endpoint it was recorded with.
+    let transport = if manifest.config.endpoint == opts.endpoint {
+        transport
+    } else {
+        Arc::new(
+            Transport::new(
+                &endpoint_url(&opts.target, manifest.config.endpoint),
+                &auth_headers(opts.api_key.as_deref()),
+            )
+            .map_err(|e| RecordError::Client(e.to_string()))?,
+        )
+    };
     let ctx = RunCtx {
         client: client.clone(),
         clock,
-        url: endpoint_url(&opts.target, manifest.config.endpoint),
+        transport,
         endpoint: manifest.config.endpoint,
         metrics_url: info.metrics_url.clone(),
         scrape_interval: opts.scrape_interval,

@@ -59,7 +59,16 @@ pub fn open_table<T: Table>(path: &Path) -> Result<TableReader<T>> {
     let stamp = check_stamp::<T>(path, &builder)?;
     let expected = T::schema();
     let found = builder.schema();
-    if found.fields() != expected.fields() {
+    // A file written before the table's added columns holds the columns before them.
+    let (n, all) = (found.fields().len(), expected.fields().len());
+    let older = n < all
+        && n >= all - T::ADDED_COLUMNS
+        && found
+            .fields()
+            .iter()
+            .zip(expected.fields().iter())
+            .all(|(f, e)| f == e);
+    if found.fields() != expected.fields() && !older {
         return Err(Error::SchemaMismatch {
             path: path.to_path_buf(),
             table: T::NAME,
@@ -139,10 +148,20 @@ impl<T: Table> TableReader<T> {
         let Some(batch) = self.inner.next() else {
             return Ok(None);
         };
-        let batch = batch.map_err(|e| Error::Corrupt {
+        let corrupt = |e: arrow_schema::ArrowError| Error::Corrupt {
             path: self.path.clone(),
             source: parquet::errors::ParquetError::ArrowError(e.to_string()),
-        })?;
+        };
+        let mut batch = batch.map_err(corrupt)?;
+        let expected = T::schema();
+        if batch.num_columns() < expected.fields().len() {
+            // An older file (see `open_table`): the added columns read as nulls.
+            let mut columns = batch.columns().to_vec();
+            for f in &expected.fields()[columns.len()..] {
+                columns.push(arrow_array::new_null_array(f.data_type(), batch.num_rows()));
+            }
+            batch = arrow_array::RecordBatch::try_new(expected, columns).map_err(corrupt)?;
+        }
         let rows = T::from_batch(&batch).map_err(|e| Error::BadValue {
             path: self.path.clone(),
             column: e.column,

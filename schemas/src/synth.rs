@@ -293,6 +293,10 @@ fn gen_request(
             http_status: Some(200),
             error: failing.then(|| "synthetic failure".to_string()),
             server_request_id: Some(format!("chatcmpl-{id:016x}")),
+            connection_id: None,
+            connect_start_ns: None,
+            connection_ns: None,
+            retries: None,
         },
         chunks,
     }
@@ -563,6 +567,10 @@ pub fn write_prefill_cell(run: &Path, key: CellKey, ttft_ns: i64) -> Result<Cell
         http_status: Some(200),
         error: None,
         server_request_id: Some(format!("chatcmpl-{id:016x}")),
+        connection_id: None,
+        connect_start_ns: None,
+        connection_ns: None,
+        retries: None,
     })?;
     for (time_ns, kind) in [(0, EventKind::CellStart), (last, EventKind::CellEnd)] {
         w.push_event(EventRow {

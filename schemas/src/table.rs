@@ -21,6 +21,9 @@ pub trait Table {
     type Row: Clone + std::fmt::Debug + PartialEq;
     /// The table's name; its file is `<NAME>.parquet`.
     const NAME: &'static str;
+    /// How many of the last columns were added to format v1 after it first shipped:
+    /// files written before them lack them, and readers give nulls in their place.
+    const ADDED_COLUMNS: usize = 0;
     /// The columns in file order.
     fn fields() -> Vec<Field>;
     /// The Arrow schema (no metadata: versioning lives in the Parquet key-value metadata).
@@ -43,12 +46,13 @@ pub trait Table {
 
 /// Defines a table (exported: other crates define their own tables, e.g. the simulator's
 /// ground truth, and write them with [`crate::writer::TableWriter`]): `table!(Marker, Row, "name" [, order = fn] { /// doc \n column: Type, ... })`;
-/// `order` is a comparison that [`Table::sort_block`] applies to each block of rows.
+/// `order` is a comparison that [`Table::sort_block`] applies to each block of rows;
+/// `added = N` says the last N columns (all nullable) came after format v1 first shipped.
 #[macro_export]
 macro_rules! table {
     (
         $(#[$tmeta:meta])*
-        $table:ident, $(#[$rmeta:meta])* $row:ident, $name:literal $(, order = $order:path)? {
+        $table:ident, $(#[$rmeta:meta])* $row:ident, $name:literal $(, order = $order:path)? $(, added = $added:literal)? {
             $( $(#[doc = $doc:literal])* $field:ident : $ty:ty ),+ $(,)?
         }
     ) => {
@@ -63,6 +67,7 @@ macro_rules! table {
         impl $crate::table::Table for $table {
             type Row = $row;
             const NAME: &'static str = $name;
+            $( const ADDED_COLUMNS: usize = $added; )?
 
             $( fn sort_block(rows: &mut [$row]) { rows.sort_by($order); } )?
 

@@ -97,7 +97,7 @@ table!(
     /// The `requests` table: one row per HTTP request.
     Requests,
     /// One request's lifecycle.
-    RequestRow, "requests" {
+    RequestRow, "requests", added = 4 {
         /// Recorder-assigned id, unique within the run.
         request_id: i64,
         /// Closed-loop worker that sent it; null for scouts and probes.
@@ -125,6 +125,15 @@ table!(
         http_status: Option<i32>,
         error: Option<String>,
         server_request_id: Option<String>,
+        /// Recorder-assigned id of the TCP connection that carried the request.
+        connection_id: Option<i64>,
+        /// When a new connection began connecting; null when an open one was reused.
+        connect_start_ns: Option<i64>,
+        /// When the connection was obtained: connected, or taken open from the worker.
+        connection_ns: Option<i64>,
+        /// Times the request was sent again on a new connection after its reused one
+        /// turned out closed before any response byte.
+        retries: Option<i32>,
     }
 );
 
@@ -183,6 +192,40 @@ table!(
         detail: Option<String>,
     }
 );
+
+impl RequestRow {
+    /// A request about to be sent: what the recorder knows before any byte moves. Every
+    /// other field is unknown (null), `end_reason` is `disconnect` until it ends.
+    pub fn unsent(request_id: i64, role: Role, endpoint: Endpoint, scheduled_ns: i64) -> Self {
+        RequestRow {
+            request_id,
+            slot: None,
+            role,
+            endpoint,
+            prompt_tokens_requested: 0,
+            prompt_tokens_server: None,
+            cached_tokens_server: None,
+            completion_tokens_server: None,
+            max_tokens: None,
+            scheduled_ns,
+            sent_ns: None,
+            headers_ns: None,
+            first_chunk_ns: None,
+            first_token_ns: None,
+            last_token_ns: None,
+            end_ns: None,
+            end_reason: EndReason::Disconnect,
+            finish_reason: None,
+            http_status: None,
+            error: None,
+            server_request_id: None,
+            connection_id: None,
+            connect_start_ns: None,
+            connection_ns: None,
+            retries: None,
+        }
+    }
+}
 
 impl Chunks {
     /// Storage order within a block: by request, then position. Consecutive events of

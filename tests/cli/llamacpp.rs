@@ -14,7 +14,7 @@ use tokentrace_recorder::runner::{self, RecordOptions};
 use tokentrace_schemas::layout::list_cells;
 use tokentrace_schemas::raw::RawReader;
 use tokentrace_schemas::reader::read_table;
-use tokentrace_schemas::tables::{Chunks, Endpoint, Requests, Role};
+use tokentrace_schemas::tables::{Chunks, EndReason, Endpoint, EventKind, Events, Requests, Role};
 
 /// The server this test started; stopped by its PID when dropped, also on a panic.
 struct Server {
@@ -169,8 +169,43 @@ async fn a_real_llama_cpp_server_is_recorded_and_analyzed() {
         assert_eq!(manifest.capabilities.tokenize.as_deref(), Some("llama.cpp"));
 
         let (mut requests_checked, mut ttft_vs_prompt_ms) = (0, Vec::new());
+        let (mut reused, mut reconnects, mut retries) = (0, 0, 0);
         for (key, dir) in list_cells(&out).expect("cells") {
             let requests = read_table::<Requests>(&dir.join("requests.parquet")).expect("requests");
+            let events = read_table::<Events>(&dir.join("events.parquet")).expect("events");
+            // Connections: kept alive per worker where the server allows, and every new
+            // one recorded. llama.cpp closes a connection after each streamed response
+            // (its head says `Keep-Alive`): the next request of the worker finds it
+            // closed and reconnects, or is retried once, never a false disconnect.
+            for r in &requests {
+                assert!(
+                    !matches!(r.end_reason, EndReason::Disconnect | EndReason::HttpError),
+                    "{key}: {r:?}"
+                );
+                let (conn, sent) = (
+                    r.connection_ns.expect("connected"),
+                    r.sent_ns.expect("sent"),
+                );
+                assert!(
+                    r.connect_start_ns.unwrap_or(conn) <= conn && conn <= sent,
+                    "{r:?}"
+                );
+                match r.connect_start_ns {
+                    None => reused += 1,
+                    Some(_) => reconnects += 1,
+                }
+                retries += r.retries.expect("retries recorded");
+            }
+            let notes = events
+                .iter()
+                .filter(|e| e.kind == EventKind::Note)
+                .filter(|e| e.detail.as_deref().is_some_and(|d| d.starts_with("retry:")))
+                .count();
+            assert_eq!(
+                notes as i32,
+                requests.iter().filter_map(|r| r.retries).sum::<i32>(),
+                "{key}: a note per retry"
+            );
             let chunks = read_table::<Chunks>(&dir.join("chunks.parquet")).expect("chunks");
             let timings = prompt_ms(&dir);
             for r in requests.iter().filter(|r| r.role != Role::Probe) {
@@ -200,6 +235,10 @@ async fn a_real_llama_cpp_server_is_recorded_and_analyzed() {
                 requests_checked += 1;
             }
         }
+        eprintln!(
+            "{endpoint}: {reused} requests on a kept-alive connection, {reconnects} on a new one, {retries} retried"
+        );
+        assert!(reconnects > 0, "new connections are recorded");
         // Both scouts always finish; on a loaded machine few 24-token decode requests
         // finish inside a 3 s window, so ask for a few, not for a rate.
         assert!(

@@ -6,6 +6,7 @@ use std::time::Duration;
 use serde_json::json;
 use tokentrace_recorder::cell::{self, CLIENT_LAG_METRIC, CellPlan, RunCtx};
 use tokentrace_recorder::client::TokenCounting;
+use tokentrace_recorder::http::Transport;
 use tokentrace_schemas::clock::RunClock;
 use tokentrace_schemas::reader::read_table;
 use tokentrace_schemas::tables::{
@@ -25,7 +26,9 @@ fn ctx(sim: &SimServer) -> RunCtx {
     RunCtx {
         client: reqwest::Client::new(),
         clock: RunClock::start(),
-        url: format!("{}/v1/completions", sim.url()),
+        transport: std::sync::Arc::new(
+            Transport::new(&format!("{}/v1/completions", sim.url()), &[]).expect("transport"),
+        ),
         endpoint: Endpoint::Completions,
         metrics_url: Some(format!("{}/metrics", sim.url())),
         scrape_interval: Duration::from_millis(100),

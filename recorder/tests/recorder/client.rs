@@ -5,9 +5,13 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use serde_json::json;
-use tokentrace_recorder::client::{self, Record, RequestSpec, TokenCounting};
+use std::sync::Arc;
+
+use tokentrace_recorder::client::{self, Lane, Record, RequestSpec, TokenCounting};
+use tokentrace_recorder::http::Transport;
 use tokentrace_schemas::clock::RunClock;
 use tokentrace_schemas::tables::{ChunkKind, ChunkRow, EndReason, Endpoint, RequestRow, Role};
+use tokentrace_sim::keepalive::{CloseStyle, KeepAlive};
 use tokentrace_sim::{Profile, SimServer};
 use tokio::sync::{mpsc, watch};
 
@@ -15,43 +19,63 @@ struct Recorded {
     chunks: Vec<ChunkRow>,
     raw: Vec<u8>,
     request: RequestRow,
+    /// Notes the request left (retries).
+    notes: Vec<String>,
 }
 
 async fn sim() -> SimServer {
-    let addr: SocketAddr = "127.0.0.1:0".parse().expect("addr");
-    SimServer::start(Profile::load("tiny").expect("tiny"), addr)
-        .await
-        .expect("sim")
+    sim_with(KeepAlive::default()).await
 }
 
-fn spec(sim: &SimServer, body: serde_json::Value) -> RequestSpec {
+async fn sim_with(keepalive: KeepAlive) -> SimServer {
+    let addr: SocketAddr = "127.0.0.1:0".parse().expect("addr");
+    let mut profile = Profile::load("tiny").expect("tiny");
+    profile.keepalive = keepalive;
+    SimServer::start(profile, addr).await.expect("sim")
+}
+
+fn spec(body: serde_json::Value) -> RequestSpec {
     RequestSpec {
         request_id: 7,
         slot: Some(0),
         role: Role::Measured,
         endpoint: Endpoint::Completions,
-        url: format!("{}/v1/completions", sim.url()),
         body: body.to_string().into(),
         prompt_tokens_requested: 3,
         max_tokens: body["max_tokens"].as_i64().map(|v| v as i32),
     }
 }
 
+fn lane(url: &str, fault: Option<&str>) -> Lane {
+    let headers: Vec<(String, String)> = fault
+        .map(|f| ("x-sim-fault".to_string(), f.to_string()))
+        .into_iter()
+        .collect();
+    Lane::new(Arc::new(Transport::new(url, &headers).expect("transport")))
+}
+
+fn completions(sim: &SimServer) -> String {
+    format!("{}/v1/completions", sim.url())
+}
+
 async fn record(
+    url: &str,
     spec: RequestSpec,
     counting: TokenCounting,
     fault: Option<&str>,
     stall: Duration,
     cancel_after: Option<Duration>,
 ) -> Recorded {
-    let mut headers = reqwest::header::HeaderMap::new();
-    if let Some(f) = fault {
-        headers.insert("x-sim-fault", f.parse().expect("header"));
-    }
-    let client = reqwest::Client::builder()
-        .default_headers(headers)
-        .build()
-        .expect("client");
+    record_on(&mut lane(url, fault), spec, counting, stall, cancel_after).await
+}
+
+async fn record_on(
+    lane: &mut Lane,
+    spec: RequestSpec,
+    counting: TokenCounting,
+    stall: Duration,
+    cancel_after: Option<Duration>,
+) -> Recorded {
     let clock = RunClock::start();
     let (tx, mut rx) = mpsc::channel(64);
     let (cancel_tx, cancel_rx) = watch::channel(false);
@@ -69,26 +93,37 @@ async fn record(
         cancel: cancel_rx,
         first_token: None,
     };
-    let task = tokio::spawn(async move { client::run(&client, &spec, ctl, &clock, &tx).await });
-    let mut chunks = Vec::new();
-    let mut raw = Vec::new();
-    let mut request = None;
-    while let Some(r) = rx.recv().await {
-        match r {
-            Record::Chunk(c) => chunks.push(c),
-            Record::Raw { bytes, .. } => raw.extend_from_slice(&bytes),
-            Record::Request(q) => request = Some(q),
-            Record::Metrics(_) | Record::Event(_) | Record::Commit => {
-                panic!("a request sends no metrics, events or commits")
+    let collect = async {
+        let mut chunks = Vec::new();
+        let mut raw = Vec::new();
+        let mut notes = Vec::new();
+        let mut request = None;
+        while let Some(r) = rx.recv().await {
+            match r {
+                Record::Read {
+                    bytes, chunks: c, ..
+                } => {
+                    raw.extend_from_slice(&bytes);
+                    chunks.extend(c);
+                }
+                Record::Request(q) => request = Some(*q),
+                Record::Event(e) => notes.extend(e.detail),
+                Record::Metrics(_) | Record::Commit => {
+                    panic!("a request sends no metrics or commits")
+                }
             }
         }
-    }
-    task.await.expect("no panic");
-    Recorded {
-        chunks,
-        raw,
-        request: request.expect("a request row, always"),
-    }
+        Recorded {
+            chunks,
+            raw,
+            request: request.expect("a request row, always"),
+            notes,
+        }
+    };
+    let (recorded, ()) = tokio::join!(collect, async move {
+        client::run(lane, &spec, ctl, &clock, &tx).await;
+    });
+    recorded
 }
 
 fn body(max_tokens: u32) -> serde_json::Value {
@@ -107,7 +142,15 @@ async fn token_counts_agree_with_usage_in_every_mode() {
         TokenCounting::Usage,
         TokenCounting::OnePerChunk,
     ] {
-        let r = record(spec(&sim, body(40)), counting, None, STALL, None).await;
+        let r = record(
+            &completions(&sim),
+            spec(body(40)),
+            counting,
+            None,
+            STALL,
+            None,
+        )
+        .await;
         let q = &r.request;
         assert_eq!(q.end_reason, EndReason::FinishedLength, "{counting:?}");
         assert_eq!(q.completion_tokens_server, Some(40));
@@ -155,7 +198,8 @@ async fn faults_end_with_their_reason() {
     ];
     for (fault, stall, reason) in cases {
         let r = record(
-            spec(&sim, body(20)),
+            &completions(&sim),
+            spec(body(20)),
             TokenCounting::TokenIds,
             Some(fault),
             stall,
@@ -168,7 +212,8 @@ async fn faults_end_with_their_reason() {
         }
     }
     let r = record(
-        spec(&sim, body(20)),
+        &completions(&sim),
+        spec(body(20)),
         TokenCounting::TokenIds,
         Some("http_503"),
         STALL,
@@ -185,7 +230,8 @@ async fn faults_end_with_their_reason() {
 
     // A malformed chunk is recorded with its reason and the stream goes on.
     let r = record(
-        spec(&sim, body(20)),
+        &completions(&sim),
+        spec(body(20)),
         TokenCounting::TokenIds,
         Some("malformed;after=2"),
         STALL,
@@ -199,7 +245,8 @@ async fn faults_end_with_their_reason() {
 
     // Pings are comment rows.
     let r = record(
-        spec(&sim, body(20)),
+        &completions(&sim),
+        spec(body(20)),
         TokenCounting::TokenIds,
         Some("ping;seconds=0.0005"),
         STALL,
@@ -214,7 +261,8 @@ async fn faults_end_with_their_reason() {
 async fn cancel_closes_the_stream_and_the_server_aborts() {
     let sim = sim().await;
     let r = record(
-        spec(&sim, body(10_000)),
+        &completions(&sim),
+        spec(body(10_000)),
         TokenCounting::TokenIds,
         None,
         STALL,
@@ -253,12 +301,19 @@ async fn an_unreachable_server_is_a_request_row_not_a_panic() {
         slot: None,
         role: Role::Probe,
         endpoint: Endpoint::Completions,
-        url: "http://127.0.0.1:9/v1/completions".to_string(),
         body: "{}".into(),
         prompt_tokens_requested: 0,
         max_tokens: None,
     };
-    let r = record(spec, TokenCounting::OnePerChunk, None, STALL, None).await;
+    let r = record(
+        "http://127.0.0.1:9/v1/completions",
+        spec,
+        TokenCounting::OnePerChunk,
+        None,
+        STALL,
+        None,
+    )
+    .await;
     assert_eq!(r.request.end_reason, EndReason::Disconnect);
     assert!(
         r.request
@@ -267,4 +322,113 @@ async fn an_unreachable_server_is_a_request_row_not_a_panic() {
             .is_some_and(|e| e.contains("request failed"))
     );
     assert!(r.chunks.is_empty());
+}
+
+/// `n` finished requests on one lane against a simulator with `keepalive`: their rows
+/// and the notes they left.
+async fn in_a_row(keepalive: KeepAlive, n: usize) -> (Vec<RequestRow>, Vec<String>) {
+    let sim = sim_with(keepalive).await;
+    let mut lane = lane(&completions(&sim), None);
+    let (mut rows, mut notes) = (Vec::new(), Vec::new());
+    for _ in 0..n {
+        let r = record_on(
+            &mut lane,
+            spec(body(5)),
+            TokenCounting::TokenIds,
+            STALL,
+            None,
+        )
+        .await;
+        assert_eq!(
+            r.request.end_reason,
+            EndReason::FinishedLength,
+            "{:?}",
+            r.request
+        );
+        notes.extend(r.notes);
+        rows.push(r.request);
+    }
+    sim.stop();
+    (rows, notes)
+}
+
+/// Requests of one lane share a connection while the server keeps it open; connecting
+/// is recorded on its own and lies before the send.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lane_keeps_its_connection_alive() {
+    let (rows, notes) = in_a_row(KeepAlive::default(), 4).await;
+    assert!(notes.is_empty());
+    let first = &rows[0];
+    let (start, conn, sent) = (
+        first.connect_start_ns.expect("a new connection"),
+        first.connection_ns.expect("connected"),
+        first.sent_ns.expect("sent"),
+    );
+    assert!(first.scheduled_ns <= start && start <= conn && conn <= sent);
+    for r in &rows[1..] {
+        assert_eq!(r.connection_id, first.connection_id, "reused: {r:?}");
+        assert_eq!(r.connect_start_ns, None);
+        assert!(r.connection_ns.is_some_and(|c| c <= r.sent_ns.unwrap_or(0)));
+        assert_eq!(r.retries, Some(0));
+    }
+}
+
+/// A server that closes after its limit and says so: the lane opens a new connection
+/// for the next request, no retry needed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_polite_keepalive_limit_means_a_new_connection() {
+    let limit = KeepAlive {
+        max_requests: 2,
+        close: CloseStyle::Polite,
+    };
+    let (rows, notes) = in_a_row(limit, 5).await;
+    assert!(notes.is_empty());
+    assert!(rows.iter().all(|r| r.retries == Some(0)));
+    let ids: Vec<i64> = rows.iter().filter_map(|r| r.connection_id).collect();
+    assert_eq!(
+        ids,
+        vec![ids[0], ids[0], ids[0] + 1, ids[0] + 1, ids[0] + 2]
+    );
+}
+
+/// A server whose close races the next request (the request is written, then dropped
+/// unread): it is sent again once on a new connection, and the retry is recorded, not a
+/// false disconnect.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_connection_closed_under_a_request_is_retried_once_and_recorded() {
+    let limit = KeepAlive {
+        max_requests: 2,
+        close: CloseStyle::Race,
+    };
+    let (rows, notes) = in_a_row(limit, 5).await;
+    let retries: Vec<i32> = rows.iter().map(|r| r.retries.unwrap_or(-1)).collect();
+    assert_eq!(retries, vec![0, 0, 1, 0, 1]);
+    assert_eq!(notes.len(), 2, "{notes:?}");
+    assert!(
+        notes[0].starts_with("retry: request 7 found kept-alive connection"),
+        "{notes:?}"
+    );
+    // The retried request connected anew, and its send followed the new connection.
+    let r = &rows[2];
+    assert_ne!(r.connection_id, rows[1].connection_id);
+    assert!(r.connect_start_ns.is_some());
+    assert!(r.connection_ns.unwrap_or(i64::MAX) <= r.sent_ns.unwrap_or(0));
+}
+
+/// A server that closes every connection right after a streamed response without a word
+/// (llama.cpp): each request gets a new connection, found closed before use or retried,
+/// and none of them ends as a disconnect.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_closing_after_every_stream_costs_reconnects_not_requests() {
+    let limit = KeepAlive {
+        max_requests: 1,
+        close: CloseStyle::Abrupt,
+    };
+    let (rows, notes) = in_a_row(limit, 6).await;
+    for w in rows.windows(2) {
+        assert_ne!(w[0].connection_id, w[1].connection_id);
+        assert!(w[1].connect_start_ns.is_some());
+    }
+    let retried: i32 = rows.iter().filter_map(|r| r.retries).sum();
+    assert_eq!(retried as usize, notes.len(), "each retry has its note");
 }

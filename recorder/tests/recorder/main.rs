@@ -1,17 +1,16 @@
 //! Tests of the recorder, one binary:
 //! - `cell`: whole prefill and decode cells against the simulator, read back;
-//! - `sse`: framing keeps every event's wire length and arrival, across any read split;
-//! - `parse`: captured streams of llama.cpp and the simulator read into chunk fields;
-//! - `client`: one recorded request against the simulator: counts, times, faults, cancel;
+//! - `client`: one recorded request against the simulator: counts, times, faults, cancel,
+//!   kept-alive connections and the retry of one found closed;
+//! - `http`: response heads and chunked bodies decoded under any read split;
 //! - `scrape`: Prometheus text (llama.cpp, vLLM shapes) into long-format metric rows.
 
 mod cell;
 mod client;
-mod parse;
+mod http;
 mod scrape;
-mod sse;
 
-/// A captured stream from `fixtures/sse/`.
+/// A captured file from `fixtures/sse/`.
 pub fn fixture(name: &str) -> Vec<u8> {
     let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("../fixtures/sse")

@@ -34,6 +34,10 @@ pub fn request_rows(n: usize) -> Vec<RequestRow> {
                 http_status: Some(200 + (i % 3) as i32 * 100),
                 error: odd.then(|| format!("boom «{i}» \"quoted\"\n second line")),
                 server_request_id: Some(format!("cmpl-{i}")),
+                connection_id: Some(i64v / 3),
+                connect_start_ns: (i % 3 == 0).then_some(i64v * 1_000_000_000 - 9_000),
+                connection_ns: Some(i64v * 1_000_000_000 - 1_000),
+                retries: Some((i % 5 == 4) as i32),
             }
         })
         .collect()

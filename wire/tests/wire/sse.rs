@@ -1,10 +1,10 @@
 //! SSE framing.
 
-use tokentrace_recorder::sse::{EventTooLong, MAX_EVENT_BYTES, SseEvent, SseFramer};
+use tokentrace_wire::sse::{EventTooLong, MAX_EVENT_BYTES, SseEvent, SseFramer};
 
 use crate::fixture;
 
-fn frame_in_pieces(bytes: &[u8], piece: usize) -> Vec<SseEvent> {
+fn frame_in_pieces(bytes: &[u8], piece: usize) -> Vec<SseEvent<'static>> {
     let mut f = SseFramer::new();
     let mut out = Vec::new();
     for (i, part) in bytes.chunks(piece).enumerate() {
@@ -34,7 +34,11 @@ fn any_read_split_gives_the_same_events() {
             let split = frame_in_pieces(&bytes, piece);
             let strip = |v: &[SseEvent]| -> Vec<(usize, Option<String>, Option<String>)> {
                 v.iter()
-                    .map(|e| (e.wire_bytes, e.data.clone(), e.comment.clone()))
+                    .map(|e| {
+                        let own =
+                            |c: &Option<std::borrow::Cow<'_, str>>| c.as_deref().map(String::from);
+                        (e.wire_bytes, own(&e.data), own(&e.comment))
+                    })
                     .collect()
             };
             assert_eq!(strip(&split), strip(&whole), "{name} in pieces of {piece}");

@@ -1,11 +1,11 @@
 //! The recorder's per-byte hot path: SSE framing of socket reads, then reading each event
 //! into chunk fields. Input: captured vLLM-shaped streams (fixtures/sse), repeated, fed in
-//! the read sizes a socket gives. `cargo bench -p tokentrace-recorder`.
+//! the read sizes a socket gives. `cargo bench -p tokentrace-wire`.
 
 use divan::counter::{BytesCount, ItemsCount};
 use divan::{Bencher, black_box};
-use tokentrace_recorder::parse::parse;
-use tokentrace_recorder::sse::SseFramer;
+use tokentrace_wire::event::parse;
+use tokentrace_wire::sse::SseFramer;
 
 fn stream(name: &str, events: usize) -> (Vec<u8>, usize) {
     let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))

@@ -1,17 +1,17 @@
 //! Reading captured streams into chunk fields.
 
-use tokentrace_recorder::parse::{Parsed, parse};
-use tokentrace_recorder::sse::SseFramer;
 use tokentrace_schemas::tables::ChunkKind;
+use tokentrace_wire::event::{Parsed, parse, parse_value};
+use tokentrace_wire::sse::SseFramer;
 
 use crate::fixture;
 
-fn parsed(name: &str) -> Vec<Parsed> {
+fn parsed(name: &str) -> Vec<Parsed<'static>> {
     let mut f = SseFramer::new();
     f.push(&fixture(name), 0)
         .expect("frames")
         .iter()
-        .map(parse)
+        .map(|e| parse(e).into_owned())
         .collect()
 }
 
@@ -160,4 +160,63 @@ fn llamacpp_ignores_continuous_usage_and_honours_ignore_eos() {
             .any(|x| x.finish_reason.as_deref() == Some("length"))
     );
     assert_eq!(p.last().map(Parsed::kind), Some(ChunkKind::Done));
+}
+
+/// The typed reader (the hot path) and the `Value` reader agree on every event of every
+/// captured stream, and on odd shapes that the typed reader hands over.
+#[test]
+fn typed_and_value_readers_agree() {
+    let mut events: Vec<String> = Vec::new();
+    for name in [
+        "llamacpp-chat.sse",
+        "llamacpp-completions.sse",
+        "llamacpp-chat-ignore-eos.sse",
+        "sim-completions-usage-ids.sse",
+        "sim-chat-reasoning.sse",
+        "sim-error-event.sse",
+        "sim-malformed-ping.sse",
+    ] {
+        let mut f = SseFramer::new();
+        for e in f.push(&fixture(name), 0).expect("frames") {
+            if let Some(d) = e.data.as_deref().filter(|d| d.trim() != "[DONE]") {
+                events.push(d.to_string());
+            }
+        }
+    }
+    for odd in [
+        r#"{"choices":[{"delta":null,"text":"x"}]}"#,
+        r#"{"choices":[{"delta":{"content":5},"text":"x"}]}"#,
+        r#"{"choices":[{"text":"a\nb\u00e9","finish_reason":null,"token_ids":[1,2,3]}]}"#,
+        r#"{"choices":[{"text":"a","token_ids":"no"}]}"#,
+        r#"{"choices":[{"text":"a","token_ids":null}]}"#,
+        r#"{"choices":null,"usage":null}"#,
+        r#"{"choices":[],"usage":{"prompt_tokens":3.0,"completion_tokens":2}}"#,
+        r#"{"choices":[null]}"#,
+        r#"{"choices":[{"text":"a"},{"text":"b"}],"id":7}"#,
+        r#"{"choices":[{"text":"a","text":"b"}]}"#,
+        r#"{"usage":{"completion_tokens":99999999999}}"#,
+        r#"{"usage":{"prompt_tokens_details":{"cached_tokens":4},"prompt_tokens":9}}"#,
+        r#"{"usage":"lots"}"#,
+        r#"{"error":null,"choices":[{"text":"ok"}]}"#,
+        r#"{"error":{"message":"boom"},"id":"x"}"#,
+        r#"{"error":"plain"}"#,
+        r#"[1,2]"#,
+        r#""text""#,
+        r#"{"choices":[{"delta":{"reasoning":"r","reasoning_content":"rc"}}]}"#,
+        r#"{"choices":[{"delta":{"reasoning":"r"}}]}"#,
+        r#"{not json"#,
+    ] {
+        events.push(odd.to_string());
+    }
+    assert!(events.len() > 100, "{} events", events.len());
+    for data in &events {
+        let ev = tokentrace_wire::sse::SseEvent {
+            arrival_ns: 0,
+            wire_bytes: 0,
+            data: Some(data.as_str().into()),
+            event: None,
+            comment: None,
+        };
+        assert_eq!(parse(&ev).into_owned(), parse_value(data), "{data}");
+    }
 }

@@ -1,0 +1,17 @@
+//! Tests of the wire crate, one binary:
+//! - `sse`: framing keeps every event's wire length and arrival, across any read split;
+//! - `event`: captured streams of llama.cpp and the simulator read into chunk fields,
+//!   and the typed reader agrees with the `Value` reader on odd input;
+//! - `assemble`: a request's reads into rows under each token-counting policy, every end.
+
+mod assemble;
+mod event;
+mod sse;
+
+/// A captured stream from `fixtures/sse/`.
+pub fn fixture(name: &str) -> Vec<u8> {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../fixtures/sse")
+        .join(name);
+    std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
