@@ -3,6 +3,7 @@
 
 pub mod analyze;
 pub mod check;
+pub mod reparse;
 pub mod sim;
 
 use std::process::ExitCode;
@@ -35,6 +36,10 @@ pub enum Command {
     /// Compare two scorings (or runs) cell by cell: changed verdicts, figure changes,
     /// cells present in one only.
     Diff(analyze::DiffArgs),
+    /// Re-derive a run's `chunks` and `requests` from its raw capture into a new run
+    /// folder, under the recorded token-counting policy or another (the original is only
+    /// read). For a parser fix or a policy change, without a GPU.
+    Reparse(reparse::ReparseArgs),
     /// Serve the simulated inference engine (OpenAI-compatible, vLLM metrics) until Ctrl-C.
     Sim(sim::SimArgs),
 }
@@ -48,6 +53,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Report(args) => analyze::report(&args),
         Command::Rescore(args) => analyze::rescore(&args, &mut std::io::stdout().lock()),
         Command::Diff(args) => analyze::diff(&args, &mut std::io::stdout().lock()),
+        Command::Reparse(args) => reparse::run(&args, &mut std::io::stdout().lock()),
     }
 }
 

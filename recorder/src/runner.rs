@@ -271,6 +271,7 @@ pub async fn record(
                 prompt_tolerance_tokens: opts.prompt_tolerance,
             },
             cells: cell_list(opts, info.max_model_len),
+            reparsed: None,
         }
     };
     manifest.write(&opts.out)?;

@@ -160,6 +160,26 @@ pub struct Manifest {
     pub capabilities: ServerCapabilities,
     pub config: RunConfig,
     pub cells: Vec<CellEntry>,
+    /// Set when this folder's `requests` and `chunks` were re-derived from another run
+    /// folder's raw capture (`tokentrace reparse`); absent in a recording.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reparsed: Option<Reparsed>,
+}
+
+/// Where a reparsed run folder came from.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Reparsed {
+    /// The folder it was derived from, as given on the command line.
+    pub from: String,
+    /// That folder's `run_id` (the same recording: this run keeps it).
+    pub from_run_id: String,
+    /// The token-counting policy the original recorded.
+    pub recorded_token_counting: Option<String>,
+    /// The policy applied here (also in `capabilities.token_counting`).
+    pub token_counting: String,
+    /// The tool that reparsed it.
+    pub tool: ToolInfo,
 }
 
 /// Size of one file of a committed cell.

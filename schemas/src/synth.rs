@@ -494,6 +494,7 @@ pub fn manifest(run_id: &str, cells: &[CellKey]) -> Manifest {
                 reason: None,
             })
             .collect(),
+        reparsed: None,
     }
 }
 

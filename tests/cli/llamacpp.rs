@@ -252,6 +252,35 @@ async fn a_real_llama_cpp_server_is_recorded_and_analyzed() {
             );
         }
 
+        // The raw capture re-derives the same rows, and the same reports.
+        let again = tmp.path().join(format!("{endpoint}-reparsed"));
+        crate::reparse::reparse(&out, &again, None);
+        crate::reparse::assert_same_rows(
+            &crate::reparse::rows_of(&out),
+            &crate::reparse::rows_of(&again),
+        );
+        assert_eq!(
+            crate::reparse::reports(&out),
+            crate::reparse::reports(&again)
+        );
+        // llama.cpp sends neither token ids nor usage per chunk: counted by usage, a
+        // finished request's tokens all land on its final usage event.
+        let by_usage = tmp.path().join(format!("{endpoint}-usage"));
+        crate::reparse::reparse(&out, &by_usage, Some("usage"));
+        for (key, (requests, chunks)) in crate::reparse::rows_of(&by_usage) {
+            for r in requests.iter().filter(|r| r.role != Role::Probe) {
+                let Some(server) = r.completion_tokens_server else {
+                    continue;
+                };
+                let counted: Vec<i32> = chunks
+                    .iter()
+                    .filter(|c| c.request_id == r.request_id)
+                    .filter_map(|c| c.tokens)
+                    .collect();
+                assert_eq!(counted, vec![server], "{key}: request {}", r.request_id);
+            }
+        }
+
         let s = score_dir(&out, &RuleSet::builtin("default").expect("rules")).expect("scored");
         assert_eq!(s.metrics.name, "llama.cpp");
         for c in s.cells.iter().filter(|c| c.concurrency == 4) {

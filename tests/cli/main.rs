@@ -2,6 +2,8 @@
 //! - `check`: a sound run passes; damaged, incomplete and missing cells are named and fail;
 //! - `llamacpp`: a real llama.cpp server recorded over both endpoints and analyzed;
 //! - `record`: recording the simulator: ground truth agrees, a killed run resumes, no secret on disk;
+//! - `reparse`: golden runs and a faulty run re-derived row for row from their raw
+//!   capture, reports unchanged; other token-counting policies count as they say;
 //! - `report`: golden reports byte for byte, rescore + diff of a one-threshold change,
 //!   bad input named with a non-zero exit;
 //! - `truth`: the analyzer's figures agree within 1% with the simulator's ground truth;
@@ -11,6 +13,7 @@
 mod check;
 mod llamacpp;
 mod record;
+mod reparse;
 mod report;
 mod sim;
 mod truth;
