@@ -192,7 +192,7 @@ pub struct ErrorRules {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ClientLagRules {
-    /// Warn when the recorder's 1 ms tick was ever later than this inside the window.
+    /// Warn when the recorder's lateness tick was ever later than this inside the window.
     pub tick_lateness_max_ms: f64,
     /// Warn when the 99th percentile of the chunk queueing delay is above this.
     pub queue_delay_p99_ms: f64,

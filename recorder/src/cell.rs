@@ -1,5 +1,5 @@
 //! One cell of the matrix, recorded: a writer thread fed by a bounded channel, a metrics
-//! scraper, a 1 ms tick that measures the recorder's own lateness, and either one cold
+//! scraper, a 10 ms tick that measures the recorder's own lateness, and either one cold
 //! scout (prefill) or N closed-loop workers with readiness warm-up, a fixed window,
 //! cancel at window close and a drain barrier (decode). The cell commits atomically.
 
@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use tokentrace_schemas::clock::RunClock;
+use tokentrace_schemas::clock::{RunClock, process_cpu_ns};
 use tokentrace_schemas::manifest::CellMeta;
 use tokentrace_schemas::tables::{Endpoint, EventKind, EventRow, MetricRow, MetricType, Role};
 use tokentrace_schemas::writer::CellWriter;
@@ -21,8 +21,15 @@ use crate::scrape;
 
 /// Records queued between request tasks and the cell's writer: the bound on memory.
 pub const WRITER_QUEUE: usize = 8 * 1024;
+/// How often the writer thread takes what the request tasks queued.
+pub const WRITER_POLL: Duration = Duration::from_millis(5);
+/// Period of the tick whose lateness measures the recorder's own delay. Any stall longer
+/// than it shows; a shorter one costs wake-ups that are themselves client load.
+pub const LAG_TICK: Duration = Duration::from_millis(10);
 /// Name of the recorder's own lateness series in `metrics`.
 pub const CLIENT_LAG_METRIC: &str = "tokentrace:client_lag_seconds";
+/// Name of the recorder's own CPU series in `metrics` (user + system seconds so far).
+pub const CLIENT_CPU_METRIC: &str = "tokentrace:process_cpu_seconds_total";
 /// Tokens a prefill scout asks for (its TTFT is the measurement).
 pub const SCOUT_MAX_TOKENS: i32 = 16;
 
@@ -168,7 +175,18 @@ fn writer_loop(
     tokens: Arc<AtomicU64>,
 ) -> Result<CellMeta, CellError> {
     let mut commit = false;
-    while let Some(r) = rx.blocking_recv() {
+    loop {
+        // Polled, not parked: a parked writer costs the sender a wake-up (a futex call
+        // and a context switch) per record; polling costs one wake-up per interval
+        // whatever the rate. The channel's bound still caps memory between polls.
+        let r = match rx.try_recv() {
+            Ok(r) => r,
+            Err(mpsc::error::TryRecvError::Empty) => {
+                std::thread::sleep(WRITER_POLL);
+                continue;
+            }
+            Err(mpsc::error::TryRecvError::Disconnected) => break,
+        };
         match r {
             Record::Read {
                 request_id,
@@ -202,10 +220,10 @@ fn writer_loop(
     Ok(w.commit()?)
 }
 
-/// Measures how late a 1 ms tick fires on this runtime; queues one summary per second
+/// Measures how late a [`LAG_TICK`] tick fires on this runtime; queues one summary per second
 /// (`stat="max"` and `stat="mean"`), and one for the last partial second at `stop`.
 async fn tick_lateness(tx: mpsc::Sender<Record>, clock: RunClock, mut stop: watch::Receiver<bool>) {
-    let mut interval = tokio::time::interval(Duration::from_millis(1));
+    let mut interval = tokio::time::interval(LAG_TICK);
     interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
     let mut window_start = clock.now_ns();
     let (mut max, mut sum, mut n) = (0.0f64, 0.0f64, 0u32);
@@ -222,7 +240,7 @@ async fn tick_lateness(tx: mpsc::Sender<Record>, clock: RunClock, mut stop: watc
         };
         let now = clock.now_ns();
         if (stopping && n > 0) || now - window_start >= 1_000_000_000 {
-            let rows = [("max", max), ("mean", sum / f64::from(n.max(1)))]
+            let mut rows: Vec<MetricRow> = [("max", max), ("mean", sum / f64::from(n.max(1)))]
                 .into_iter()
                 .map(|(stat, value)| MetricRow {
                     scrape_start_ns: window_start,
@@ -234,6 +252,15 @@ async fn tick_lateness(tx: mpsc::Sender<Record>, clock: RunClock, mut stop: watc
                     metric_type: MetricType::Gauge,
                 })
                 .collect();
+            rows.push(MetricRow {
+                scrape_start_ns: now,
+                scrape_end_ns: now,
+                family: CLIENT_CPU_METRIC.to_string(),
+                name: CLIENT_CPU_METRIC.to_string(),
+                labels: String::new(),
+                value: process_cpu_ns() as f64 / 1e9,
+                metric_type: MetricType::Counter,
+            });
             let _ = tx.send(Record::Metrics(rows)).await;
             (max, sum, n, window_start) = (0.0, 0.0, 0, now);
         }

@@ -15,6 +15,14 @@ pub fn monotonic_ns() -> i64 {
         .saturating_add(t.tv_nsec)
 }
 
+/// CPU time (user + system) this process has used so far, in ns (CLOCK_PROCESS_CPUTIME_ID).
+pub fn process_cpu_ns() -> i64 {
+    let t = rustix::time::clock_gettime(rustix::time::ClockId::ProcessCPUTime);
+    t.tv_sec
+        .saturating_mul(1_000_000_000)
+        .saturating_add(t.tv_nsec)
+}
+
 /// A monotonic clock whose zero is the start of a run.
 #[derive(Debug, Clone, Copy)]
 pub struct RunClock {

@@ -4,7 +4,7 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use serde_json::json;
-use tokentrace_recorder::cell::{self, CLIENT_LAG_METRIC, CellPlan, RunCtx};
+use tokentrace_recorder::cell::{self, CLIENT_CPU_METRIC, CLIENT_LAG_METRIC, CellPlan, RunCtx};
 use tokentrace_recorder::client::TokenCounting;
 use tokentrace_recorder::http::Transport;
 use tokentrace_schemas::clock::RunClock;
@@ -137,6 +137,14 @@ async fn a_decode_cell_is_recorded_whole() {
             .any(|m| m.name == "vllm:num_requests_running" && m.value == 2.0)
     );
     assert!(metrics.iter().any(|m| m.name == CLIENT_LAG_METRIC));
+    // The recorder's own CPU time, a counter that never goes back.
+    let cpu: Vec<f64> = metrics
+        .iter()
+        .filter(|m| m.name == CLIENT_CPU_METRIC)
+        .map(|m| m.value)
+        .collect();
+    assert!(!cpu.is_empty() && cpu[0] > 0.0, "{cpu:?}");
+    assert!(cpu.windows(2).all(|w| w[0] <= w[1]), "{cpu:?}");
     sim.stop();
 }
 
