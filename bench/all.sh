@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Every figure of BENCHMARKS.md in one command (about 10 minutes on 2 vCPUs, plus the
+# Every figure of BENCHMARKS.md in one command (about 15 minutes on 2 vCPUs, plus the
 # release build): trace size, recorder accuracy, ingest CPU and memory, re-scoring speed,
 # and the hot-path benches. Run from the repository root: bash bench/all.sh
 set -euo pipefail
@@ -11,12 +11,14 @@ trap 'rm -rf "$work"' EXIT
 echo "## machine: $(nproc) vCPU, $(free -g | awk '/Mem:/ {print $2}') GiB, $(uname -sr)"
 echo "## trace size (1 M tokens)"
 "$bin/examples/synth_run" "$work/size" 1000000 8192:32
-echo "## recorder accuracy"
+echo "## recorder accuracy, request by request, simulator in its own process (issue 11)"
+PASSES=2 bash bench/accuracy.sh 10 100 1000
+echo "## recorder accuracy, simulator in the same process (issue 7)"
 "$bin/examples/accuracy_bench" 5 1 10 20 40 100 500 1000
 echo "## recorder CPU and memory"
 bash bench/recorder.sh 1000 20s 60s
 echo "## re-scoring speed"
 bash bench/rescore.sh
 echo "## hot paths"
-cargo bench --quiet -p tokentrace-recorder --bench sse_parse
+cargo bench --quiet -p tokentrace-wire --bench sse_parse
 cargo bench --quiet -p tokentrace-schemas --bench chunk_writer

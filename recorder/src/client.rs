@@ -5,8 +5,9 @@
 //! response byte is retried once on a new one, and the retry is recorded. Every way a
 //! request can end gives a row with its reason; nothing here panics.
 
+use std::pin::Pin;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use tokentrace_schemas::clock::RunClock;
 use tokentrace_schemas::tables::{ChunkRow, Endpoint, EventKind, EventRow, RequestRow, Role};
@@ -87,19 +88,48 @@ enum Wait<T> {
     Stalled,
 }
 
-/// Waits for `fut`, unless the stall timeout passes or the request is cancelled first.
-async fn guarded<T>(
-    fut: impl Future<Output = T>,
+/// A request's two ways to stop waiting, armed once per request rather than once per
+/// read (a timer armed and cleared per read, and a cancel listener registered per read,
+/// were a measurable share of the recorder's CPU): the cancel signal, and a stall
+/// deadline that moves with activity but is re-armed only when it fires.
+struct Guard<'a, C> {
+    cancel: Pin<&'a mut C>,
+    sleep: Pin<Box<tokio::time::Sleep>>,
     stall: Duration,
-    cancel: &mut watch::Receiver<bool>,
-) -> Wait<T> {
-    tokio::select! {
-        biased;
-        r = tokio::time::timeout(stall, fut) => match r {
-            Ok(v) => Wait::Done(v),
-            Err(_) => Wait::Stalled,
-        },
-        () = cancelled(cancel) => Wait::Cancelled,
+    last: Instant,
+}
+
+impl<'a, C: Future<Output = ()>> Guard<'a, C> {
+    fn new(cancel: Pin<&'a mut C>, stall: Duration) -> Self {
+        Guard {
+            cancel,
+            sleep: Box::pin(tokio::time::sleep(stall)),
+            stall,
+            last: Instant::now(),
+        }
+    }
+
+    /// Waits for `fut`, unless the stream stays silent for the stall timeout or the
+    /// request is cancelled first.
+    async fn wait<T>(&mut self, fut: impl Future<Output = T>) -> Wait<T> {
+        let mut fut = std::pin::pin!(fut);
+        loop {
+            tokio::select! {
+                biased;
+                v = &mut fut => {
+                    self.last = Instant::now();
+                    return Wait::Done(v);
+                }
+                () = &mut self.cancel => return Wait::Cancelled,
+                () = &mut self.sleep => {
+                    let due = self.last + self.stall;
+                    if Instant::now() >= due {
+                        return Wait::Stalled;
+                    }
+                    self.sleep.as_mut().reset(due.into());
+                }
+            }
+        }
     }
 }
 
@@ -134,6 +164,8 @@ pub async fn run(
         mut cancel,
         first_token,
     } = ctl;
+    let cancel_fut = std::pin::pin!(cancelled(&mut cancel));
+    let mut guard = Guard::new(cancel_fut, stall_timeout);
     let row = RequestRow {
         slot: spec.slot,
         prompt_tokens_requested: spec.prompt_tokens_requested,
@@ -145,7 +177,6 @@ pub async fn run(
         asm: Assembler::new(counting, row),
         clock,
         out,
-        stall: stall_timeout,
         first_token,
     };
     let bytes = lane.transport.request_bytes(&spec.body);
@@ -168,7 +199,7 @@ pub async fn run(
             }
             None => {
                 req.asm.row_mut().connect_start_ns = Some(clock.now_ns());
-                match guarded(lane.transport.connect(), stall_timeout, &mut cancel).await {
+                match guard.wait(lane.transport.connect()).await {
                     Wait::Done(Ok(c)) => {
                         req.asm.row_mut().connection_ns = Some(clock.now_ns());
                         c
@@ -183,7 +214,7 @@ pub async fn run(
         };
         req.asm.row_mut().connection_id = Some(conn.id);
         match req
-            .exchange(&mut conn, &bytes, reused && !retried, &mut cancel)
+            .exchange(&mut conn, &bytes, reused && !retried, &mut guard)
             .await
         {
             Attempt::Ended { end, keep } => {
@@ -222,22 +253,20 @@ struct Req<'a> {
     asm: Assembler,
     clock: &'a RunClock,
     out: &'a mpsc::Sender<Record>,
-    stall: Duration,
     first_token: Option<oneshot::Sender<i64>>,
 }
 
 impl Req<'_> {
     /// Writes the request on `conn` and reads its response to the end.
-    async fn exchange(
+    async fn exchange<C: Future<Output = ()>>(
         &mut self,
         conn: &mut Conn,
         bytes: &[u8],
         may_retry: bool,
-        cancel: &mut watch::Receiver<bool>,
+        guard: &mut Guard<'_, C>,
     ) -> Attempt {
-        let stall = self.stall;
         let ended = |end| Attempt::Ended { end, keep: false };
-        match guarded(conn.write_all(bytes), stall, cancel).await {
+        match guard.wait(conn.write_all(bytes)).await {
             Wait::Done(Ok(())) => {}
             Wait::Done(Err(e)) if may_retry => return Attempt::Retry(format!("write: {e}")),
             Wait::Done(Err(e)) => {
@@ -262,7 +291,7 @@ impl Req<'_> {
                 Ok(None) => {}
                 Err(e) => return ended(End::Failed(format!("request failed: {e}"))),
             }
-            match guarded(conn.read_more(), stall, cancel).await {
+            match guard.wait(conn.read_more()).await {
                 Wait::Done(Ok(0)) if may_retry && !got_any => {
                     return Attempt::Retry("closed by the server".to_string());
                 }
@@ -317,7 +346,7 @@ impl Req<'_> {
                     keep,
                 };
             }
-            match guarded(conn.read_more(), stall, cancel).await {
+            match guard.wait(conn.read_more()).await {
                 Wait::Done(Ok(0)) if dec.until_eof() => return ended(End::Clean),
                 Wait::Done(Ok(0)) => {
                     return ended(End::Failed(

@@ -19,6 +19,10 @@ const MAX_HEADERS: usize = 64;
 const READ_BUFFER: usize = 16 * 1024;
 /// Longest chunk-size or trailer line accepted in a chunked body.
 const MAX_CHUNK_LINE: usize = 4096;
+/// Most connections being opened at once. A thousand workers connecting together
+/// overflow a server's accept queue (tokio's listen backlog is 1,024), and each dropped
+/// SYN costs a second before the kernel retries it.
+pub const MAX_CONNECTING: usize = 64;
 
 /// Where generation requests go, and the bytes every request carries.
 pub struct Transport {
@@ -28,6 +32,8 @@ pub struct Transport {
     head: Vec<u8>,
     /// Connection ids, unique within the run.
     next_conn: AtomicI64,
+    /// Permits to connect ([`MAX_CONNECTING`]).
+    connecting: tokio::sync::Semaphore,
 }
 
 impl std::fmt::Debug for Transport {
@@ -88,6 +94,7 @@ impl Transport {
             addr: format!("{host}:{port}"),
             head: head.into_bytes(),
             next_conn: AtomicI64::new(0),
+            connecting: tokio::sync::Semaphore::new(MAX_CONNECTING),
         })
     }
 
@@ -100,8 +107,14 @@ impl Transport {
         out
     }
 
-    /// Opens a new connection (no timeout here: the caller bounds it).
+    /// Opens a new connection, at most [`MAX_CONNECTING`] at a time (no timeout here:
+    /// the caller bounds it).
     pub async fn connect(&self) -> std::io::Result<Conn> {
+        let _permit = self
+            .connecting
+            .acquire()
+            .await
+            .map_err(std::io::Error::other)?;
         let stream = TcpStream::connect(&self.addr).await?;
         stream.set_nodelay(true)?;
         Ok(Conn {

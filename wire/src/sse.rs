@@ -75,56 +75,35 @@ impl SseFramer {
         Ok(out)
     }
 
-    /// Adds the bytes of one read and hands each event it completed to `f`, borrowed
-    /// from the framer's buffer: the hot path, with no copy of the event's text.
+    /// Adds the bytes of one read and hands each event it completed to `f`, borrowed:
+    /// the hot path. Events complete in the read are framed in place; only the unfinished
+    /// tail is kept (copied) for the next read.
     pub fn push_each(
         &mut self,
         bytes: &[u8],
         arrival_ns: i64,
         mut f: impl FnMut(SseEvent<'_>),
     ) -> Result<(), EventTooLong> {
-        self.buf.extend_from_slice(bytes);
-        let buf = &self.buf;
-        let (mut pos, mut line_start) = (self.pos, self.line_start);
-        // Where the event being framed starts.
-        let mut start = 0;
-        while pos < buf.len() {
-            if std::mem::take(&mut self.skip_lf) && buf[pos] == b'\n' {
-                pos += 1;
-                line_start = pos;
-                continue;
+        if self.buf.is_empty() {
+            let (start, pos, line_start) = scan(bytes, 0, 0, &mut self.skip_lf, arrival_ns, &mut f);
+            self.buf.extend_from_slice(&bytes[start..]);
+            (self.pos, self.line_start) = (pos - start, line_start - start);
+        } else {
+            self.buf.extend_from_slice(bytes);
+            let (start, pos, line_start) = scan(
+                &self.buf,
+                self.pos,
+                self.line_start,
+                &mut self.skip_lf,
+                arrival_ns,
+                &mut f,
+            );
+            // Drop the consumed events once per read, not once per event.
+            if start > 0 {
+                self.buf.drain(..start);
             }
-            // Jump to the next line break (memchr: this is the per-byte hot path).
-            let Some(k) = memchr::memchr2(b'\n', b'\r', &buf[pos..]) else {
-                pos = buf.len();
-                break;
-            };
-            pos += k;
-            let c = buf[pos];
-            let empty_line = pos == line_start;
-            pos += 1;
-            if c == b'\r' {
-                if buf.get(pos) == Some(&b'\n') {
-                    pos += 1;
-                } else {
-                    self.skip_lf = pos == buf.len();
-                }
-            }
-            line_start = pos;
-            if empty_line {
-                let ev = parse_event(&buf[start..pos], arrival_ns);
-                start = pos;
-                if ev.data.is_some() || ev.event.is_some() || ev.comment.is_some() {
-                    f(ev);
-                }
-            }
+            (self.pos, self.line_start) = (pos - start, line_start - start);
         }
-        // Drop the consumed events once per read, not once per event.
-        if start > 0 {
-            self.buf.drain(..start);
-        }
-        self.pos = pos - start;
-        self.line_start = line_start - start;
         if self.buf.len() > MAX_EVENT_BYTES {
             return Err(EventTooLong);
         }
@@ -138,6 +117,52 @@ impl SseFramer {
     }
 }
 
+/// Frames the events of `data` from `pos` (scanning) and `line_start` on, handing each
+/// complete one to `f`; returns where the unfinished rest starts, and the scan state.
+fn scan(
+    data: &[u8],
+    mut pos: usize,
+    mut line_start: usize,
+    skip_lf: &mut bool,
+    arrival_ns: i64,
+    f: &mut impl FnMut(SseEvent<'_>),
+) -> (usize, usize, usize) {
+    // Where the event being framed starts.
+    let mut start = 0;
+    while pos < data.len() {
+        if std::mem::take(skip_lf) && data[pos] == b'\n' {
+            pos += 1;
+            line_start = pos;
+            continue;
+        }
+        // Jump to the next line break (memchr: this is the per-byte hot path).
+        let Some(k) = memchr::memchr2(b'\n', b'\r', &data[pos..]) else {
+            pos = data.len();
+            break;
+        };
+        pos += k;
+        let c = data[pos];
+        let empty_line = pos == line_start;
+        pos += 1;
+        if c == b'\r' {
+            if data.get(pos) == Some(&b'\n') {
+                pos += 1;
+            } else {
+                *skip_lf = pos == data.len();
+            }
+        }
+        line_start = pos;
+        if empty_line {
+            let ev = parse_event(&data[start..pos], arrival_ns);
+            start = pos;
+            if ev.data.is_some() || ev.event.is_some() || ev.comment.is_some() {
+                f(ev);
+            }
+        }
+    }
+    (start, pos, line_start)
+}
+
 /// The lines of one event, split on LF, CR or CRLF, empty lines skipped.
 fn lines(raw: &[u8]) -> impl Iterator<Item = &[u8]> {
     raw.split(|&b| b == b'\n' || b == b'\r')
@@ -145,7 +170,11 @@ fn lines(raw: &[u8]) -> impl Iterator<Item = &[u8]> {
 }
 
 fn text(b: &[u8]) -> Cow<'_, str> {
-    String::from_utf8_lossy(b)
+    // The strict check first: it has a fast path for ASCII that the lossy one lacks.
+    match std::str::from_utf8(b) {
+        Ok(s) => Cow::Borrowed(s),
+        Err(_) => String::from_utf8_lossy(b),
+    }
 }
 
 fn strip_space(b: &[u8]) -> &[u8] {
