@@ -98,6 +98,34 @@ pub fn reparse(
             .with_context(|| format!("cannot remove {}", tmp.display()))?;
     }
     std::fs::create_dir_all(&tmp).with_context(|| format!("cannot create {}", tmp.display()))?;
+    let cells = reparse_cells(run, &tmp, &manifest, policy);
+    if cells.is_err() {
+        // Nothing half-made is left behind; the original was only read.
+        let _ = std::fs::remove_dir_all(&tmp);
+    }
+    let summaries = cells?;
+    let mut new = manifest.clone();
+    new.capabilities.token_counting = Some(policy.as_str().to_string());
+    new.reparsed = Some(Reparsed {
+        from: run.display().to_string(),
+        from_run_id: manifest.run_id.clone(),
+        recorded_token_counting: recorded,
+        token_counting: policy.as_str().to_string(),
+        tool: ToolInfo::current(),
+    });
+    new.write(&tmp)?;
+    std::fs::rename(&tmp, out)
+        .with_context(|| format!("cannot rename {} to {}", tmp.display(), out.display()))?;
+    Ok(summaries)
+}
+
+/// Every complete cell of `manifest`, reparsed from `run` into `tmp`.
+fn reparse_cells(
+    run: &Path,
+    tmp: &Path,
+    manifest: &Manifest,
+    policy: TokenCounting,
+) -> anyhow::Result<Vec<CellSummary>> {
     let mut summaries = Vec::new();
     for entry in manifest
         .cells
@@ -114,22 +142,10 @@ pub fn reparse(
                 dir.join(CELL_FILE).display()
             );
         }
-        let summary = reparse_cell(&dir, &tmp, key, policy)
+        let summary = reparse_cell(&dir, tmp, key, policy)
             .with_context(|| format!("cannot reparse {}", dir.display()))?;
         summaries.push(summary);
     }
-    let mut new = manifest.clone();
-    new.capabilities.token_counting = Some(policy.as_str().to_string());
-    new.reparsed = Some(Reparsed {
-        from: run.display().to_string(),
-        from_run_id: manifest.run_id.clone(),
-        recorded_token_counting: recorded,
-        token_counting: policy.as_str().to_string(),
-        tool: ToolInfo::current(),
-    });
-    new.write(&tmp)?;
-    std::fs::rename(&tmp, out)
-        .with_context(|| format!("cannot rename {} to {}", tmp.display(), out.display()))?;
     Ok(summaries)
 }
 

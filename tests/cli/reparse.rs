@@ -228,3 +228,57 @@ async fn a_faulty_speculative_run_reparses_as_recorded_and_under_other_policies(
         Some("one_per_chunk")
     );
 }
+
+/// Copies a folder tree.
+fn copy_tree(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).expect("mkdir");
+    for e in std::fs::read_dir(from).expect("read_dir") {
+        let e = e.expect("entry");
+        let target = to.join(e.file_name());
+        if e.file_type().expect("type").is_dir() {
+            copy_tree(&e.path(), &target);
+        } else {
+            std::fs::copy(e.path(), &target).expect("copy");
+        }
+    }
+}
+
+/// A damaged raw capture is an error that names the file; nothing is left at `--out`
+/// (not even a half-made folder), and the original is untouched.
+#[test]
+fn a_damaged_raw_capture_is_named_and_nothing_is_left_behind() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let run_dir = tmp.path().join("run");
+    copy_tree(&golden("sim-chat"), &run_dir);
+    let (_, cell) = list_cells(&run_dir)
+        .expect("cells")
+        .into_iter()
+        .next_back()
+        .expect("a cell");
+    let raw = cell.join("raw.sse.zst");
+    let bytes = std::fs::read(&raw).expect("raw");
+    std::fs::write(&raw, &bytes[..bytes.len() / 2]).expect("truncate");
+    let before = rows_of(&run_dir);
+    let out = tmp.path().join("out");
+    let cli = Cli::parse_from([
+        "tokentrace",
+        "reparse",
+        run_dir.to_str().expect("utf-8"),
+        "--out",
+        out.to_str().expect("utf-8"),
+    ]);
+    let err = run(cli).expect_err("a damaged capture fails");
+    let msg = format!("{err:#}");
+    assert!(
+        msg.contains(&raw.display().to_string()),
+        "names the file: {msg}"
+    );
+    assert!(!out.exists());
+    let leftovers: Vec<_> = std::fs::read_dir(tmp.path())
+        .expect("read_dir")
+        .filter_map(Result::ok)
+        .map(|e| e.file_name())
+        .collect();
+    assert_eq!(leftovers.len(), 1, "{leftovers:?}");
+    assert_same_rows(&before, &rows_of(&run_dir));
+}
