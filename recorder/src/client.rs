@@ -283,6 +283,7 @@ impl Req<'_> {
             match parse_head(conn.pending()) {
                 Ok(Some((head, len))) => {
                     conn.consume(len);
+                    conn.answered();
                     if (100..200).contains(&head.status) {
                         continue;
                     }

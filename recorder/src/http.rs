@@ -19,9 +19,11 @@ const MAX_HEADERS: usize = 64;
 const READ_BUFFER: usize = 16 * 1024;
 /// Longest chunk-size or trailer line accepted in a chunked body.
 const MAX_CHUNK_LINE: usize = 4096;
-/// Most connections being opened at once. A thousand workers connecting together
-/// overflow a server's accept queue (tokio's listen backlog is 1,024), and each dropped
-/// SYN costs a second before the kernel retries it.
+/// Most new connections waiting for their first response at once. A thousand workers
+/// connecting together overflow a busy server's accept queue, and each dropped SYN costs
+/// a second before the kernel retries it. A permit is held until the connection's first
+/// response head arrives (the server has accepted it by then), not only until the
+/// handshake: a handshake completes before the server accepts.
 pub const MAX_CONNECTING: usize = 64;
 
 /// Where generation requests go, and the bytes every request carries.
@@ -33,7 +35,7 @@ pub struct Transport {
     /// Connection ids, unique within the run.
     next_conn: AtomicI64,
     /// Permits to connect ([`MAX_CONNECTING`]).
-    connecting: tokio::sync::Semaphore,
+    connecting: std::sync::Arc<tokio::sync::Semaphore>,
 }
 
 impl std::fmt::Debug for Transport {
@@ -94,7 +96,7 @@ impl Transport {
             addr: format!("{host}:{port}"),
             head: head.into_bytes(),
             next_conn: AtomicI64::new(0),
-            connecting: tokio::sync::Semaphore::new(MAX_CONNECTING),
+            connecting: std::sync::Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTING)),
         })
     }
 
@@ -110,9 +112,10 @@ impl Transport {
     /// Opens a new connection, at most [`MAX_CONNECTING`] at a time (no timeout here:
     /// the caller bounds it).
     pub async fn connect(&self) -> std::io::Result<Conn> {
-        let _permit = self
+        let permit = self
             .connecting
-            .acquire()
+            .clone()
+            .acquire_owned()
             .await
             .map_err(std::io::Error::other)?;
         let stream = TcpStream::connect(&self.addr).await?;
@@ -124,6 +127,7 @@ impl Transport {
             start: 0,
             end: 0,
             served: 0,
+            permit: Some(permit),
         })
     }
 }
@@ -140,6 +144,8 @@ pub struct Conn {
     end: usize,
     /// Responses completed on this connection.
     pub served: u32,
+    /// The connect permit, held until the first response head (see [`MAX_CONNECTING`]).
+    permit: Option<tokio::sync::OwnedSemaphorePermit>,
 }
 
 impl Conn {
@@ -182,6 +188,11 @@ impl Conn {
     /// The bytes read and not consumed yet.
     pub fn pending(&self) -> &[u8] {
         &self.buf[self.start..self.end]
+    }
+
+    /// The server has answered on this connection: it was accepted, its permit is freed.
+    pub fn answered(&mut self) {
+        self.permit = None;
     }
 
     /// Marks `n` pending bytes consumed.
