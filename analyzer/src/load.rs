@@ -530,7 +530,7 @@ fn load_metrics(run: &Run, metrics: LazyFrame, series: &[String], out: &mut Load
             // The recorder's own lag: keep the `stat="max"` summary.
             values
                 .iter()
-                .filter(|(l, _)| l == "stat=\"max\"")
+                .filter(|(l, _)| l == tokentrace_schemas::protocol::LagStat::Max.labels())
                 .map(|(_, v)| *v)
                 .fold(f64::NAN, f64::max)
         } else {

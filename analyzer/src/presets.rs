@@ -4,6 +4,8 @@
 
 use serde::{Deserialize, Serialize};
 
+use tokentrace_schemas::protocol::Engine;
+
 use crate::rules::MetricRules;
 
 /// Metric names by role; `None` where the engine has no such series.
@@ -20,71 +22,31 @@ pub struct Preset {
     pub preemptions: Option<String>,
 }
 
-fn names(name: &str, series: [Option<&str>; 6]) -> Preset {
-    let s = |i: usize| series[i].map(str::to_string);
+fn preset(engine: Engine) -> Preset {
+    let s = engine.series();
+    let own = |v: &str| Some(v.to_string());
     Preset {
-        name: name.to_string(),
-        running: s(0),
-        waiting: s(1),
-        generated_tokens: s(2),
-        prompt_tokens: s(3),
-        kv_cache_usage: s(4),
-        preemptions: s(5),
+        name: engine.name().to_string(),
+        running: own(s.running),
+        waiting: own(s.waiting),
+        generated_tokens: own(s.generated_tokens),
+        prompt_tokens: own(s.prompt_tokens),
+        kv_cache_usage: s.kv_cache_usage.map(str::to_string),
+        preemptions: s.preemptions.map(str::to_string),
     }
 }
 
 /// The built-in preset of an engine name as the manifest spells it.
 pub fn builtin(engine: &str) -> Option<Preset> {
-    Some(match engine {
+    match engine {
         // The simulator exposes vLLM's names.
-        "vllm" | "tokentrace-sim" | "synthetic" => names(
-            "vllm",
-            [
-                Some("vllm:num_requests_running"),
-                Some("vllm:num_requests_waiting"),
-                Some("vllm:generation_tokens_total"),
-                Some("vllm:prompt_tokens_total"),
-                Some("vllm:kv_cache_usage_perc"),
-                Some("vllm:num_preemptions_total"),
-            ],
-        ),
-        "sglang" => names(
-            "sglang",
-            [
-                Some("sglang:num_running_reqs"),
-                Some("sglang:num_queue_reqs"),
-                Some("sglang:generation_tokens_total"),
-                Some("sglang:prompt_tokens_total"),
-                Some("sglang:token_usage"),
-                None,
-            ],
-        ),
-        "tgi" => names(
-            "tgi",
-            [
-                Some("tgi_batch_current_size"),
-                Some("tgi_queue_size"),
-                Some("tgi_request_generated_tokens"),
-                Some("tgi_request_input_length"),
-                None,
-                None,
-            ],
-        ),
-        "llama.cpp" => names(
-            "llama.cpp",
-            [
-                Some("llamacpp:requests_processing"),
-                Some("llamacpp:requests_deferred"),
-                Some("llamacpp:tokens_predicted_total"),
-                Some("llamacpp:prompt_tokens_total"),
-                // No KV-cache or preemption series in llama.cpp's /metrics.
-                None,
-                None,
-            ],
-        ),
-        "none" => names("none", [None; 6]),
-        _ => return None,
-    })
+        "tokentrace-sim" | "synthetic" => Some(preset(Engine::Vllm)),
+        "none" => Some(Preset {
+            name: "none".to_string(),
+            ..Preset::default()
+        }),
+        other => Engine::from_name(other).map(preset),
+    }
 }
 
 impl Preset {

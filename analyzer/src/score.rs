@@ -22,7 +22,7 @@ use crate::run::{CellState, Run};
 use crate::stats;
 
 /// The recorder's own lag series (see FORMAT.md, `metrics`).
-pub const CLIENT_LAG_METRIC: &str = "tokentrace:client_lag_seconds";
+pub use tokentrace_schemas::protocol::CLIENT_LAG_METRIC;
 /// The JSON document's format name and version.
 pub const FORMAT: &str = "tokentrace.scoring";
 pub const FORMAT_VERSION: u32 = 1;

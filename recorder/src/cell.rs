@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 
 use tokentrace_schemas::clock::{RunClock, process_cpu_ns};
 use tokentrace_schemas::manifest::CellMeta;
+use tokentrace_schemas::protocol::{Engine, EngineSeries, LagStat};
 use tokentrace_schemas::tables::{Endpoint, EventKind, EventRow, MetricRow, MetricType, Role};
 use tokentrace_schemas::writer::CellWriter;
 use tokentrace_schemas::{CellKey, Phase};
@@ -26,20 +27,9 @@ pub const WRITER_POLL: Duration = Duration::from_millis(5);
 /// Period of the tick whose lateness measures the recorder's own delay. Any stall longer
 /// than it shows; a shorter one costs wake-ups that are themselves client load.
 pub const LAG_TICK: Duration = Duration::from_millis(10);
-/// Name of the recorder's own lateness series in `metrics`.
-pub const CLIENT_LAG_METRIC: &str = "tokentrace:client_lag_seconds";
-/// Name of the recorder's own CPU series in `metrics` (user + system seconds so far).
-pub const CLIENT_CPU_METRIC: &str = "tokentrace:process_cpu_seconds_total";
+pub use tokentrace_schemas::protocol::{CLIENT_CPU_METRIC, CLIENT_LAG_METRIC};
 /// Tokens a prefill scout asks for (its TTFT is the measurement).
 pub const SCOUT_MAX_TOKENS: i32 = 16;
-
-/// Gauges that say how many requests a server is running and how many wait, per engine.
-pub const RUNNING_WAITING: [(&str, &str); 4] = [
-    ("vllm:num_requests_running", "vllm:num_requests_waiting"),
-    ("sglang:num_running_reqs", "sglang:num_queue_reqs"),
-    ("llamacpp:requests_processing", "llamacpp:requests_deferred"),
-    ("tgi_batch_current_size", "tgi_queue_size"),
-];
 
 /// Why a cell failed.
 #[derive(Debug, thiserror::Error)]
@@ -156,7 +146,10 @@ impl Cell {
 
 /// (running, waiting) summed over label sets, from the first engine whose gauges appear.
 pub fn running_waiting(rows: &[MetricRow]) -> Option<(f64, f64)> {
-    RUNNING_WAITING.iter().find_map(|(running, waiting)| {
+    Engine::ALL.iter().find_map(|e| {
+        let EngineSeries {
+            running, waiting, ..
+        } = e.series();
         let sum = |name: &str| {
             let v: Vec<f64> = rows
                 .iter()
@@ -240,18 +233,21 @@ async fn tick_lateness(tx: mpsc::Sender<Record>, clock: RunClock, mut stop: watc
         };
         let now = clock.now_ns();
         if (stopping && n > 0) || now - window_start >= 1_000_000_000 {
-            let mut rows: Vec<MetricRow> = [("max", max), ("mean", sum / f64::from(n.max(1)))]
-                .into_iter()
-                .map(|(stat, value)| MetricRow {
-                    scrape_start_ns: window_start,
-                    scrape_end_ns: now,
-                    family: CLIENT_LAG_METRIC.to_string(),
-                    name: CLIENT_LAG_METRIC.to_string(),
-                    labels: format!("stat=\"{stat}\""),
-                    value,
-                    metric_type: MetricType::Gauge,
-                })
-                .collect();
+            let mut rows: Vec<MetricRow> = [
+                (LagStat::Max, max),
+                (LagStat::Mean, sum / f64::from(n.max(1))),
+            ]
+            .into_iter()
+            .map(|(stat, value): (LagStat, f64)| MetricRow {
+                scrape_start_ns: window_start,
+                scrape_end_ns: now,
+                family: CLIENT_LAG_METRIC.to_string(),
+                name: CLIENT_LAG_METRIC.to_string(),
+                labels: stat.labels().to_string(),
+                value,
+                metric_type: MetricType::Gauge,
+            })
+            .collect();
             rows.push(MetricRow {
                 scrape_start_ns: now,
                 scrape_end_ns: now,

@@ -175,15 +175,10 @@ pub async fn probe(
     if engine.name.is_none()
         && let Some(t) = &metrics_text
     {
-        engine.name = [
-            ("vllm:", "vllm"),
-            ("sglang:", "sglang"),
-            ("llamacpp:", "llama.cpp"),
-            ("tgi_", "tgi"),
-        ]
-        .iter()
-        .find(|(prefix, _)| t.contains(prefix))
-        .map(|(_, name)| (*name).to_string());
+        engine.name = tokentrace_schemas::protocol::Engine::ALL
+            .iter()
+            .find(|e| t.contains(e.metric_prefix()))
+            .map(|e| e.name().to_string());
     }
 
     // A shape counts only when "hello" gives tokens: llama.cpp answers the vLLM shape

@@ -8,6 +8,7 @@ pub mod error;
 pub mod fsutil;
 pub mod layout;
 pub mod manifest;
+pub mod protocol;
 pub mod raw;
 pub mod reader;
 pub mod redact;

@@ -387,16 +387,17 @@ fn write_scrapes(w: &mut CellWriter, spec: &DecodeSpec, end_ns: i64) -> Result<(
                 metric_type: ty,
             })
         };
+        let vllm = crate::protocol::Engine::Vllm.series();
         push(
-            "vllm:num_requests_running",
-            "vllm:num_requests_running",
+            vllm.running,
+            vllm.running,
             &labels,
             spec.running.unwrap_or(n),
             MetricType::Gauge,
         )?;
         push(
-            "vllm:num_requests_waiting",
-            "vllm:num_requests_waiting",
+            vllm.waiting,
+            vllm.waiting,
             &labels,
             spec.waiting,
             MetricType::Gauge,

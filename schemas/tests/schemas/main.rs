@@ -3,11 +3,13 @@
 //! - `errors`: missing, truncated, corrupt, foreign, newer and mismatched files give named errors;
 //! - `cell`: atomic cell commit and the run layout;
 //! - `doc`: FORMAT.md and the code list the same columns, types and values;
+//! - `protocol`: the engines' series carry their metric prefixes; names round-trip;
 //! - `secrets`: credentials and secret arguments are redacted; the run clock.
 
 mod cell;
 mod common;
 mod doc;
 mod errors;
+mod protocol;
 mod roundtrip;
 mod secrets;
