@@ -23,6 +23,7 @@ use crate::stats;
 
 /// The recorder's own lag series (see FORMAT.md, `metrics`).
 pub use tokentrace_schemas::protocol::CLIENT_LAG_METRIC;
+use tokentrace_schemas::protocol::{Drain, Readiness};
 /// The JSON document's format name and version.
 pub const FORMAT: &str = "tokentrace.scoring";
 pub const FORMAT_VERSION: u32 = 1;
@@ -656,13 +657,14 @@ fn score_decode(key: CellKey, loaded: &Loaded, rules: &RuleSet, preset: &Preset)
     let q = &rules.queued;
     let events = loaded.events.get(&key).map(Vec::as_slice).unwrap_or(&[]);
     if q.warmup_not_ready
-        && let Some(e) = events.iter().find(|e| {
-            e.kind == EventKind::WarmupEnd
-                && e.detail.as_deref().is_some_and(|d| !d.starts_with("ready"))
-        })
+        && let Some(r) = events
+            .iter()
+            .filter(|e| e.kind == EventKind::WarmupEnd)
+            .find_map(|e| e.detail.as_deref().and_then(Readiness::from_detail))
+            .filter(|r| *r != Readiness::Ready)
     {
         evidence.push(Evidence::WarmupNotReady {
-            detail: e.detail.clone().unwrap_or_default(),
+            detail: r.to_string(),
         });
     }
     let mut missing = Vec::new();
@@ -755,14 +757,16 @@ fn score_decode(key: CellKey, loaded: &Loaded, rules: &RuleSet, preset: &Preset)
             queue_threshold_ms: lag.queue_delay_p99_ms,
         });
     }
-    if let Some(e) = events.iter().find(|e| {
-        e.kind == EventKind::DrainEnd
-            && e.detail
-                .as_deref()
-                .is_some_and(|d| !d.starts_with("drained"))
-    }) {
+    // Only a drain that timed out is evidence that the server did not drain; without
+    // metrics there was nothing to check (that has its own warning).
+    if let Some(d) = events
+        .iter()
+        .filter(|e| e.kind == EventKind::DrainEnd)
+        .find_map(|e| e.detail.as_deref().and_then(Drain::from_detail))
+        .filter(|d| matches!(d, Drain::TimedOut { .. }))
+    {
         cell.warnings.push(Warning::DrainIncomplete {
-            detail: e.detail.clone().unwrap_or_default(),
+            detail: d.to_string(),
         });
     }
 

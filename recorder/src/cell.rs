@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use tokentrace_schemas::clock::{RunClock, process_cpu_ns};
 use tokentrace_schemas::manifest::CellMeta;
-use tokentrace_schemas::protocol::{Engine, EngineSeries, LagStat};
+use tokentrace_schemas::protocol::{Drain, Engine, EngineSeries, LagStat, Readiness};
 use tokentrace_schemas::tables::{Endpoint, EventKind, EventRow, MetricRow, MetricType, Role};
 use tokentrace_schemas::writer::CellWriter;
 use tokentrace_schemas::{CellKey, Phase};
@@ -28,6 +28,8 @@ pub const WRITER_POLL: Duration = Duration::from_millis(5);
 /// than it shows; a shorter one costs wake-ups that are themselves client load.
 pub const LAG_TICK: Duration = Duration::from_millis(10);
 pub use tokentrace_schemas::protocol::{CLIENT_CPU_METRIC, CLIENT_LAG_METRIC};
+/// How long the drain barrier waits when the server has no metrics to ask.
+pub const NO_METRICS_WAIT: Duration = Duration::from_secs(1);
 /// Tokens a prefill scout asks for (its TTFT is the measurement).
 pub const SCOUT_MAX_TOKENS: i32 = 16;
 
@@ -391,13 +393,13 @@ pub async fn record_decode(
     // Readiness: every stream has produced a token (or the warm-up timed out).
     let all_ready =
         tokio::time::timeout(ctx.warmup_timeout, futures_util::future::join_all(ready)).await;
-    let detail = match all_ready {
-        Ok(_) => "ready: every stream produced a token".to_string(),
-        Err(_) => format!(
-            "not ready after {:?}: window opened anyway",
-            ctx.warmup_timeout
-        ),
+    let readiness = match all_ready {
+        Ok(_) => Readiness::Ready,
+        Err(_) => Readiness::NotReady {
+            timeout_ns: Some(i64::try_from(ctx.warmup_timeout.as_nanos()).unwrap_or(i64::MAX)),
+        },
     };
+    let detail = readiness.to_detail();
     cell.event(EventKind::WarmupEnd, None, Some(detail)).await;
     cell.scrape_once().await;
     cell.event(EventKind::WindowOpen, None, None).await;
@@ -414,22 +416,23 @@ pub async fn record_decode(
     // Drain barrier: the server reports nothing running or waiting, within the timeout.
     cell.event(EventKind::DrainStart, None, None).await;
     let deadline = Instant::now() + ctx.drain_timeout;
-    let detail = loop {
+    let drain = loop {
         match cell.scrape_once().await {
-            Some((r, w)) if r == 0.0 && w == 0.0 => {
-                break "drained: 0 running, 0 waiting".to_string();
-            }
+            Some((r, w)) if r == 0.0 && w == 0.0 => break Drain::Drained,
             None if ctx.metrics_url.is_none() => {
-                tokio::time::sleep(Duration::from_secs(1)).await;
-                break "no metrics: waited 1 s".to_string();
+                tokio::time::sleep(NO_METRICS_WAIT).await;
+                break Drain::NoMetrics {
+                    waited_ns: i64::try_from(NO_METRICS_WAIT.as_nanos()).unwrap_or(i64::MAX),
+                };
             }
-            None => break "running/waiting gauges not found: no drain check".to_string(),
-            Some((r, w)) if Instant::now() >= deadline => {
-                break format!("drain timed out with {r} running, {w} waiting");
+            None => break Drain::NotChecked,
+            Some((running, waiting)) if Instant::now() >= deadline => {
+                break Drain::TimedOut { running, waiting };
             }
             Some(_) => tokio::time::sleep(Duration::from_millis(100)).await,
         }
     };
+    let detail = drain.to_detail();
     cell.event(EventKind::DrainEnd, None, Some(detail)).await;
     let _ = stop_tx.send(true);
     let _ = scraper.await;

@@ -1,6 +1,7 @@
 //! Facts the recorder, the analyzer and the simulator must agree on, each defined once:
 //! the engines tokentrace knows and the Prometheus series each exposes, and the
-//! recorder's own health series. (Typed event details are to come here too: issue 12.)
+//! recorder's own health series, and the typed details of the events the analyzer
+//! decides from (readiness, drain).
 
 /// An inference engine whose metrics tokentrace reads.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -116,6 +117,134 @@ impl LagStat {
         match self {
             LagStat::Max => "stat=\"max\"",
             LagStat::Mean => "stat=\"mean\"",
+        }
+    }
+}
+
+/// How a decode cell's readiness warm-up ended: the `detail` of its `warmup_end` event,
+/// written as JSON (`{"readiness":"ready"}`).
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(tag = "readiness", rename_all = "snake_case", deny_unknown_fields)]
+pub enum Readiness {
+    /// Every stream produced a token.
+    Ready,
+    /// The warm-up timed out and the window opened anyway (the timeout, when known).
+    NotReady { timeout_ns: Option<i64> },
+}
+
+/// How a decode cell's drain barrier ended: the `detail` of its `drain_end` event,
+/// written as JSON (`{"drain":"timed_out","running":2.0,"waiting":0.0}`).
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(tag = "drain", rename_all = "snake_case", deny_unknown_fields)]
+pub enum Drain {
+    /// The server reported 0 running and 0 waiting.
+    Drained,
+    /// The drain timeout passed with requests still running or waiting.
+    TimedOut { running: f64, waiting: f64 },
+    /// The server has no readable metrics: the recorder waited instead.
+    NoMetrics { waited_ns: i64 },
+    /// Metrics were read but held no running/waiting gauges (or the scrape failed).
+    NotChecked,
+}
+
+/// Text written by recorders before the details were typed (tokentrace 0.1 up to issue
+/// 12): read here, once, so that no decision elsewhere looks at free text.
+mod legacy {
+    pub const READY: &str = "ready: every stream produced a token";
+    pub const NOT_READY: (&str, &str) = ("not ready after ", ": window opened anyway");
+    pub const DRAINED: &str = "drained: 0 running, 0 waiting";
+    pub const NO_METRICS: &str = "no metrics: waited 1 s";
+    pub const NOT_CHECKED: &str = "running/waiting gauges not found: no drain check";
+    pub const TIMED_OUT: (&str, &str, &str) = ("drain timed out with ", " running, ", " waiting");
+}
+
+impl Readiness {
+    /// The event detail to write.
+    pub fn to_detail(&self) -> String {
+        serde_json::to_string(self).unwrap_or_default()
+    }
+
+    /// Reads an event detail: the JSON form, or an older recorder's text.
+    pub fn from_detail(detail: &str) -> Option<Readiness> {
+        if let Ok(r) = serde_json::from_str(detail) {
+            return Some(r);
+        }
+        if detail == legacy::READY {
+            return Some(Readiness::Ready);
+        }
+        let (head, tail) = legacy::NOT_READY;
+        detail
+            .strip_prefix(head)
+            .and_then(|d| d.strip_suffix(tail))
+            .map(|_| Readiness::NotReady { timeout_ns: None })
+    }
+}
+
+impl std::fmt::Display for Readiness {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Readiness::Ready => f.write_str(legacy::READY),
+            Readiness::NotReady {
+                timeout_ns: Some(t),
+            } => write!(
+                f,
+                "not ready after {} s: window opened anyway",
+                *t as f64 / 1e9
+            ),
+            Readiness::NotReady { timeout_ns: None } => {
+                f.write_str("not ready: window opened anyway")
+            }
+        }
+    }
+}
+
+impl Drain {
+    /// The event detail to write.
+    pub fn to_detail(&self) -> String {
+        serde_json::to_string(self).unwrap_or_default()
+    }
+
+    /// Reads an event detail: the JSON form, or an older recorder's text.
+    pub fn from_detail(detail: &str) -> Option<Drain> {
+        if let Ok(d) = serde_json::from_str(detail) {
+            return Some(d);
+        }
+        match detail {
+            legacy::DRAINED => return Some(Drain::Drained),
+            legacy::NO_METRICS => {
+                return Some(Drain::NoMetrics {
+                    waited_ns: 1_000_000_000,
+                });
+            }
+            legacy::NOT_CHECKED => return Some(Drain::NotChecked),
+            _ => {}
+        }
+        let (head, mid, tail) = legacy::TIMED_OUT;
+        let (running, waiting) = detail
+            .strip_prefix(head)?
+            .strip_suffix(tail)?
+            .split_once(mid)?;
+        Some(Drain::TimedOut {
+            running: running.parse().ok()?,
+            waiting: waiting.parse().ok()?,
+        })
+    }
+}
+
+impl std::fmt::Display for Drain {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Drain::Drained => f.write_str(legacy::DRAINED),
+            Drain::TimedOut { running, waiting } => {
+                write!(
+                    f,
+                    "drain timed out with {running} running, {waiting} waiting"
+                )
+            }
+            Drain::NoMetrics { waited_ns } => {
+                write!(f, "no metrics: waited {} s", *waited_ns as f64 / 1e9)
+            }
+            Drain::NotChecked => f.write_str(legacy::NOT_CHECKED),
         }
     }
 }

@@ -276,7 +276,17 @@ async fn without_server_metrics_the_client_side_evidence_is_used_and_said() {
         "{:?}",
         decode.warnings
     );
+    // Without metrics there was no drain to check: no claim that the server did not drain.
+    assert!(
+        !decode.warnings.iter().any(|w| matches!(
+            w,
+            tokentrace_analyzer::score::Warning::DrainIncomplete { .. }
+        )),
+        "{:?}",
+        decode.warnings
+    );
     let md = tokentrace_analyzer::render::render(&s, tokentrace_analyzer::render::Format::Markdown);
+    assert!(!md.contains("did not drain"), "{md}");
     assert!(
         md.contains("- Server metrics: no (client-side evidence only)"),
         "{md}"

@@ -8,6 +8,7 @@ use tokentrace_recorder::cell::{self, CLIENT_CPU_METRIC, CLIENT_LAG_METRIC, Cell
 use tokentrace_recorder::client::TokenCounting;
 use tokentrace_recorder::http::Transport;
 use tokentrace_schemas::clock::RunClock;
+use tokentrace_schemas::protocol::Drain;
 use tokentrace_schemas::reader::read_table;
 use tokentrace_schemas::tables::{
     Chunks, EndReason, Endpoint, EventKind, Events, Metrics, Requests, Role,
@@ -130,7 +131,10 @@ async fn a_decode_cell_is_recorded_whole() {
         .iter()
         .find(|e| e.kind == EventKind::DrainEnd)
         .and_then(|e| e.detail.clone());
-    assert_eq!(drain.as_deref(), Some("drained: 0 running, 0 waiting"));
+    assert_eq!(
+        drain.as_deref().and_then(Drain::from_detail),
+        Some(Drain::Drained)
+    );
     assert!(
         metrics
             .iter()

@@ -33,3 +33,58 @@ fn engines_name_their_series_consistently() {
     }
     assert_eq!(LagStat::Max.labels(), "stat=\"max\"");
 }
+
+/// Typed event details round-trip as JSON, and older recorders' texts read the same.
+#[test]
+fn readiness_and_drain_details_round_trip_and_read_old_text() {
+    use tokentrace_schemas::protocol::{Drain, Readiness};
+    for r in [
+        Readiness::Ready,
+        Readiness::NotReady {
+            timeout_ns: Some(120_000_000_000),
+        },
+    ] {
+        assert_eq!(Readiness::from_detail(&r.to_detail()), Some(r));
+    }
+    for d in [
+        Drain::Drained,
+        Drain::TimedOut {
+            running: 2.0,
+            waiting: 0.5,
+        },
+        Drain::NoMetrics {
+            waited_ns: 1_000_000_000,
+        },
+        Drain::NotChecked,
+    ] {
+        assert_eq!(Drain::from_detail(&d.to_detail()), Some(d.clone()));
+        // The human text of every outcome reads back as the same outcome.
+        assert_eq!(
+            Drain::from_detail(&d.to_string()).map(|x| std::mem::discriminant(&x)),
+            Some(std::mem::discriminant(&d))
+        );
+    }
+    assert_eq!(
+        Readiness::from_detail("ready: every stream produced a token"),
+        Some(Readiness::Ready)
+    );
+    assert_eq!(
+        Readiness::from_detail("not ready after 120s: window opened anyway"),
+        Some(Readiness::NotReady { timeout_ns: None })
+    );
+    assert_eq!(
+        Drain::from_detail("drain timed out with 3 running, 1 waiting"),
+        Some(Drain::TimedOut {
+            running: 3.0,
+            waiting: 1.0
+        })
+    );
+    assert_eq!(
+        Drain::from_detail("no metrics: waited 1 s"),
+        Some(Drain::NoMetrics {
+            waited_ns: 1_000_000_000
+        })
+    );
+    assert_eq!(Drain::from_detail("something else"), None);
+    assert_eq!(Readiness::from_detail("{\"readiness\":\"maybe\"}"), None);
+}
