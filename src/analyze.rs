@@ -77,7 +77,11 @@ fn scored(run: &Path, rules: &RuleSet) -> anyhow::Result<Scoring> {
 /// Tells on stderr which cells could not be scored because their folder is damaged or
 /// incomplete; true when there were any.
 fn report_damage(run: &Path, s: &Scoring) -> bool {
-    let bad: Vec<_> = s.cells.iter().filter(|c| c.state == "incomplete").collect();
+    let bad: Vec<_> = s
+        .cells
+        .iter()
+        .filter(|c| c.state == tokentrace_analyzer::score::CellScoreState::Incomplete)
+        .collect();
     for c in &bad {
         eprintln!(
             "tokentrace: {}: cell {} context={} concurrency={} not scored: {}",

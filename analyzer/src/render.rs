@@ -592,7 +592,7 @@ fn csv(s: &Scoring) -> String {
             c.phase.to_string(),
             c.context.to_string(),
             c.concurrency.to_string(),
-            c.state.clone(),
+            c.state.to_string(),
             verdict,
             num(f.and_then(|f| f.total_tok_s)),
             num(f.and_then(|f| f.per_request_tok_s.median)),

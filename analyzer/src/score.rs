@@ -242,9 +242,7 @@ pub struct CellScore {
     pub phase: Phase,
     pub context: u32,
     pub concurrency: u32,
-    /// `complete` (scored), `incomplete` (a folder without a valid commit mark or with a
-    /// bad file), or the manifest's `planned`, `failed`, `skipped`, `interrupted`.
-    pub state: String,
+    pub state: CellScoreState,
     /// Why the cell is not complete.
     pub reason: Option<String>,
     /// Null for cells that were not scored.
@@ -265,15 +263,65 @@ impl CellScore {
     pub fn status_label(&self) -> String {
         match self.verdict {
             Some(v) => v.label().to_string(),
-            None => match self.state.as_str() {
-                "planned" => "Not recorded".to_string(),
+            None => match self.state {
+                CellScoreState::Planned => "Not recorded".to_string(),
                 s => {
-                    let mut c = s.chars();
+                    let mut c = s.as_str().chars();
                     c.next()
                         .map(|f| f.to_uppercase().chain(c).collect())
                         .unwrap_or_default()
                 }
             },
+        }
+    }
+}
+
+/// Where a cell stands in a scoring.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CellScoreState {
+    /// Scored.
+    Complete,
+    /// A folder without a valid commit mark or with a bad file (`reason` says which).
+    Incomplete,
+    /// As the manifest says: not recorded yet.
+    Planned,
+    /// As the manifest says: its recording failed.
+    Failed,
+    /// As the manifest says: not recorded on purpose.
+    Skipped,
+    /// As the manifest says: the run stopped while recording it.
+    Interrupted,
+}
+
+impl CellScoreState {
+    /// The name the JSON and CSV outputs use.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CellScoreState::Complete => "complete",
+            CellScoreState::Incomplete => "incomplete",
+            CellScoreState::Planned => "planned",
+            CellScoreState::Failed => "failed",
+            CellScoreState::Skipped => "skipped",
+            CellScoreState::Interrupted => "interrupted",
+        }
+    }
+}
+
+impl std::fmt::Display for CellScoreState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl From<CellStatus> for CellScoreState {
+    fn from(s: CellStatus) -> Self {
+        match s {
+            CellStatus::Complete => CellScoreState::Complete,
+            CellStatus::Planned => CellScoreState::Planned,
+            CellStatus::Failed => CellScoreState::Failed,
+            CellStatus::Skipped => CellScoreState::Skipped,
+            CellStatus::Interrupted => CellScoreState::Interrupted,
         }
     }
 }
@@ -302,7 +350,7 @@ pub fn score(run: &Run, rules: &RuleSet) -> Result<Scoring> {
     for entry in &m.cells {
         cells.insert(
             entry.key(),
-            unscored(entry.key(), entry.status.as_str(), entry.reason.clone()),
+            unscored(entry.key(), entry.status, entry.reason.clone()),
         );
     }
     for state in &run.cells {
@@ -315,7 +363,10 @@ pub fn score(run: &Run, rules: &RuleSet) -> Result<Scoring> {
                 cells.insert(*key, s);
             }
             CellState::Incomplete { key, reason, .. } => {
-                cells.insert(*key, unscored(*key, "incomplete", Some(reason.clone())));
+                cells.insert(
+                    *key,
+                    new_cell(*key, CellScoreState::Incomplete, Some(reason.clone())),
+                );
             }
         }
     }
@@ -348,12 +399,12 @@ pub fn score(run: &Run, rules: &RuleSet) -> Result<Scoring> {
 }
 
 /// A cell in `state` (the scorers fill in verdict and figures of `complete` ones).
-fn new_cell(key: CellKey, state: &str, reason: Option<String>) -> CellScore {
+fn new_cell(key: CellKey, state: CellScoreState, reason: Option<String>) -> CellScore {
     CellScore {
         phase: key.phase,
         context: key.context,
         concurrency: key.concurrency,
-        state: state.to_string(),
+        state,
         reason,
         verdict: None,
         evidence: Vec::new(),
@@ -365,11 +416,11 @@ fn new_cell(key: CellKey, state: &str, reason: Option<String>) -> CellScore {
 
 /// A cell as the manifest lists it, before any folder is looked at: one listed complete
 /// has lost its folder unless a complete folder replaces this entry.
-fn unscored(key: CellKey, status: &str, reason: Option<String>) -> CellScore {
-    if status == CellStatus::Complete.as_str() {
+fn unscored(key: CellKey, status: CellStatus, reason: Option<String>) -> CellScore {
+    if status == CellStatus::Complete {
         new_cell(
             key,
-            "incomplete",
+            CellScoreState::Incomplete,
             reason.or_else(|| {
                 Some(
                     "the manifest lists the cell as complete but its folder is missing".to_string(),
@@ -377,7 +428,7 @@ fn unscored(key: CellKey, status: &str, reason: Option<String>) -> CellScore {
             }),
         )
     } else {
-        new_cell(key, status, reason)
+        new_cell(key, status.into(), reason)
     }
 }
 
@@ -443,7 +494,7 @@ fn capped<T>(mut items: Vec<T>) -> (Vec<T>, usize) {
 }
 
 fn score_prefill(key: CellKey, loaded: &Loaded, rules: &RuleSet) -> CellScore {
-    let mut cell = new_cell(key, "complete", None);
+    let mut cell = new_cell(key, CellScoreState::Complete, None);
     let requests = loaded.requests.get(&key).map(Vec::as_slice).unwrap_or(&[]);
     let scouts: Vec<&RequestInfo> = requests.iter().filter(|r| r.role == Role::Scout).collect();
     let mut evidence = Vec::new();
@@ -514,7 +565,7 @@ fn mean(samples: &[&Sample]) -> Option<f64> {
 }
 
 fn score_decode(key: CellKey, loaded: &Loaded, rules: &RuleSet, preset: &Preset) -> CellScore {
-    let mut cell = new_cell(key, "complete", None);
+    let mut cell = new_cell(key, CellScoreState::Complete, None);
     let Some(&(open, close)) = loaded.windows.get(&key) else {
         cell.verdict = Some(Verdict::Error);
         cell.evidence.push(Evidence::Missing {
