@@ -26,7 +26,7 @@ pub enum Command {
     Check(check::CheckArgs),
     /// Record a context × concurrency matrix (the built-in simulator when no --target is
     /// given), then verify the run folder.
-    Record(Box<tokentrace_recorder::cli::RecordArgs>),
+    Record(Box<RecordCmd>),
     /// Score a run folder under a rule set and print the speed-test matrix (Markdown in
     /// the reference layout, JSON or CSV). Exits 1 when a cell folder could not be scored.
     Report(analyze::ReportArgs),
@@ -44,6 +44,18 @@ pub enum Command {
     Sim(sim::SimArgs),
 }
 
+/// `tokentrace record`: the recorder's options, and the built-in simulator to record
+/// when no --target is given.
+#[derive(Debug, clap::Args)]
+pub struct RecordCmd {
+    #[command(flatten)]
+    pub args: tokentrace_recorder::cli::RecordArgs,
+    /// Profile of the built-in simulator (used without --target): a built-in name
+    /// (reference-h200x4, tiny) or a TOML file.
+    #[arg(long, default_value = "reference-h200x4")]
+    pub sim_profile: String,
+}
+
 /// Runs a parsed command line; the exit code says whether the run folder is sound.
 pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
@@ -57,11 +69,30 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     }
 }
 
-fn record(args: &tokentrace_recorder::cli::RecordArgs) -> anyhow::Result<ExitCode> {
+fn record(cmd: &RecordCmd) -> anyhow::Result<ExitCode> {
     use anyhow::Context;
     use tokentrace_recorder::cli::{self, Outcome};
+    let args = &cmd.args;
     let rt = tokio::runtime::Runtime::new().context("cannot start the async runtime")?;
-    let outcome = cli::run(args, &rt);
+    let outcome = match &args.target {
+        Some(t) => cli::run_at(args, t, &rt),
+        None => {
+            let profile = tokentrace_sim::Profile::load(&cmd.sim_profile)
+                .with_context(|| format!("simulator profile `{}`", cmd.sim_profile))?;
+            let addr = "127.0.0.1:0".parse().context("loopback address")?;
+            let sim = rt
+                .block_on(tokentrace_sim::SimServer::start(profile, addr))
+                .context("cannot start the built-in simulator")?;
+            eprintln!(
+                "no --target: recording the built-in simulator ({}) at {}",
+                cmd.sim_profile,
+                sim.url()
+            );
+            let outcome = cli::run_at(args, &sim.url(), &rt);
+            sim.stop();
+            outcome
+        }
+    };
     rt.shutdown_timeout(std::time::Duration::from_secs(5));
     match outcome
         .map_err(anyhow::Error::msg)

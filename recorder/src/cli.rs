@@ -1,6 +1,6 @@
 //! The recorder's command-line options, shared by `tokentrace record` and the slim
-//! `tokentrace-record`, and the glue that runs a recording (with the built-in simulator
-//! when no target is given) until it ends or Ctrl-C stops it.
+//! `tokentrace-record`, and the glue that runs a recording of a target until it ends or
+//! Ctrl-C stops it (the built-in simulator is started by `tokentrace record`, not here).
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -32,8 +32,8 @@ fn key_value(s: &str) -> Result<(String, String), String> {
 /// Record a context × concurrency matrix from an OpenAI-compatible server.
 #[derive(Debug, Clone, clap::Args)]
 pub struct RecordArgs {
-    /// Base URL of the server (e.g. http://127.0.0.1:8000). Without it, the built-in
-    /// simulator is started on loopback and a short demo matrix is recorded.
+    /// Base URL of the server (e.g. http://127.0.0.1:8000). `tokentrace record` without
+    /// it starts the built-in simulator on loopback and records a short demo matrix.
     #[arg(long)]
     pub target: Option<String>,
     /// Run folder to create (or to finish, with --resume).
@@ -90,9 +90,6 @@ pub struct RecordArgs {
     /// File holding the API key, instead of the environment.
     #[arg(long)]
     pub api_key_file: Option<PathBuf>,
-    /// Profile of the built-in simulator (used without --target).
-    #[arg(long, default_value = "reference-h200x4")]
-    pub sim_profile: String,
 }
 
 /// The demo matrix recorded against the built-in simulator when no matrix option is given.
@@ -175,32 +172,28 @@ pub enum Outcome {
     Interrupted,
 }
 
-/// Runs a recording on `rt`, with the simulator when there is no target.
+/// Runs a recording of `--target` on `rt`. The slim recorder has no simulator: without a
+/// target it says where the built-in one is.
 pub fn run(args: &RecordArgs, rt: &tokio::runtime::Runtime) -> Result<Outcome, String> {
+    match &args.target {
+        Some(t) => run_at(args, t, rt),
+        None => Err(
+            "no --target: name the server to record (`tokentrace record` without --target \
+             records the built-in simulator)"
+                .to_string(),
+        ),
+    }
+}
+
+/// Runs a recording of `target` on `rt` (the built-in simulator's URL when `args` has no
+/// --target: the demo matrix applies then).
+pub fn run_at(
+    args: &RecordArgs,
+    target: &str,
+    rt: &tokio::runtime::Runtime,
+) -> Result<Outcome, String> {
     rt.block_on(async {
-        let sim = match &args.target {
-            Some(_) => None,
-            None => {
-                let profile =
-                    tokentrace_sim::Profile::load(&args.sim_profile).map_err(|e| e.to_string())?;
-                let addr = "127.0.0.1:0".parse().map_err(|e| format!("{e}"))?;
-                let sim = tokentrace_sim::SimServer::start(profile, addr)
-                    .await
-                    .map_err(|e| format!("cannot start the built-in simulator: {e}"))?;
-                eprintln!(
-                    "no --target: recording the built-in simulator ({}) at {}",
-                    args.sim_profile,
-                    sim.url()
-                );
-                Some(sim)
-            }
-        };
-        let target = args
-            .target
-            .clone()
-            .or_else(|| sim.as_ref().map(|s| s.url()))
-            .unwrap_or_default();
-        let opts = args.options(&target)?;
+        let opts = args.options(target)?;
         let display = Display::new(opts.progress.clone());
         let outcome = tokio::select! {
             r = runner::record(&opts, |p| display.show(p)) => {
@@ -211,9 +204,6 @@ pub fn run(args: &RecordArgs, rt: &tokio::runtime::Runtime) -> Result<Outcome, S
         display.finish();
         if matches!(outcome, Ok(Outcome::Interrupted)) {
             mark_interrupted(&opts.out);
-        }
-        if let Some(s) = sim {
-            s.stop();
         }
         outcome
     })

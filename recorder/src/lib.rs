@@ -1,6 +1,7 @@
 //! tokentrace recorder: drives an inference server through the context × concurrency
 //! matrix and writes every chunk, request, metric sample and raw byte to a run folder.
-//! Its dependency tree stops at `tokentrace-schemas` (no polars): it is what the GPU box builds.
+//! Its dependency tree holds the format and wire crates, tokio and reqwest: no polars,
+//! no simulator, no axum. It is what the GPU box builds.
 
 pub mod cell;
 pub mod cli;
