@@ -526,7 +526,7 @@ fn load_metrics(run: &Run, metrics: LazyFrame, series: &[String], out: &mut Load
     }
     for ((key, name, start_ns), (end_ns, mut values)) in grouped {
         values.sort_by(|a, b| a.0.cmp(&b.0));
-        let value = if name == crate::score::CLIENT_LAG_METRIC {
+        let value = if name == tokentrace_schemas::protocol::CLIENT_LAG_METRIC {
             // The recorder's own lag: keep the `stat="max"` summary.
             values
                 .iter()

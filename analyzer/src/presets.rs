@@ -1,12 +1,11 @@
 //! Engine presets: which Prometheus series of each engine plays each role the rules need
 //! (requests running, requests waiting, generated and prompt tokens, KV-cache usage,
-//! preemptions). Chosen from the manifest's engine name; a rule set may override any.
+//! preemptions). Chosen from the manifest's engine name; a rule set may override any
+//! (`rules::MetricRules::preset`).
 
 use serde::{Deserialize, Serialize};
 
 use tokentrace_schemas::protocol::Engine;
-
-use crate::rules::MetricRules;
 
 /// Metric names by role; `None` where the engine has no such series.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -50,35 +49,6 @@ pub fn builtin(engine: &str) -> Option<Preset> {
 }
 
 impl Preset {
-    /// The preset the rules ask for, given the manifest's engine name (for `auto`).
-    /// An unknown engine under `auto` falls back to vLLM's names, the de-facto standard
-    /// that other OpenAI-compatible servers copy.
-    pub fn for_rules(rules: &MetricRules, engine: Option<&str>) -> Result<Preset, String> {
-        let mut p = match rules.preset.as_str() {
-            "auto" => engine
-                .and_then(builtin)
-                .or_else(|| builtin("vllm"))
-                .unwrap_or_default(),
-            other => builtin(other).ok_or_else(|| {
-                format!(
-                    "metrics.preset: unknown preset `{other}` (auto, vllm, sglang, tgi, llama.cpp, none)"
-                )
-            })?,
-        };
-        let over = |slot: &mut Option<String>, with: &Option<String>| {
-            if let Some(w) = with {
-                *slot = Some(w.clone());
-            }
-        };
-        over(&mut p.running, &rules.running);
-        over(&mut p.waiting, &rules.waiting);
-        over(&mut p.generated_tokens, &rules.generated_tokens);
-        over(&mut p.prompt_tokens, &rules.prompt_tokens);
-        over(&mut p.kv_cache_usage, &rules.kv_cache_usage);
-        over(&mut p.preemptions, &rules.preemptions);
-        Ok(p)
-    }
-
     /// Every series name the preset uses.
     pub fn series(&self) -> Vec<String> {
         [

@@ -302,8 +302,39 @@ impl RuleSet {
                 return Err(bad(format!("error.end_reasons: unknown end reason `{r}`")));
             }
         }
-        crate::presets::Preset::for_rules(&self.metrics, None).map_err(bad)?;
+        self.metrics.preset(None).map_err(bad)?;
         Ok(())
+    }
+}
+
+impl MetricRules {
+    /// The preset the rules ask for, given the manifest's engine name (for `auto`).
+    /// An unknown engine under `auto` falls back to vLLM's names, the de-facto standard
+    /// that other OpenAI-compatible servers copy.
+    pub fn preset(&self, engine: Option<&str>) -> Result<crate::presets::Preset, String> {
+        let mut p = match self.preset.as_str() {
+            "auto" => engine
+                .and_then(crate::presets::builtin)
+                .or_else(|| crate::presets::builtin("vllm"))
+                .unwrap_or_default(),
+            other => crate::presets::builtin(other).ok_or_else(|| {
+                format!(
+                    "metrics.preset: unknown preset `{other}` (auto, vllm, sglang, tgi, llama.cpp, none)"
+                )
+            })?,
+        };
+        let over = |slot: &mut Option<String>, with: &Option<String>| {
+            if let Some(w) = with {
+                *slot = Some(w.clone());
+            }
+        };
+        over(&mut p.running, &self.running);
+        over(&mut p.waiting, &self.waiting);
+        over(&mut p.generated_tokens, &self.generated_tokens);
+        over(&mut p.prompt_tokens, &self.prompt_tokens);
+        over(&mut p.kv_cache_usage, &self.kv_cache_usage);
+        over(&mut p.preemptions, &self.preemptions);
+        Ok(p)
     }
 }
 

@@ -334,12 +334,12 @@ pub fn score_dir(dir: &Path, rules: &RuleSet) -> Result<Scoring> {
 /// Scores an opened run under `rules`.
 pub fn score(run: &Run, rules: &RuleSet) -> Result<Scoring> {
     let m = &run.manifest;
-    let preset =
-        Preset::for_rules(&rules.metrics, m.engine.name.as_deref()).map_err(|message| {
-            crate::Error::Rules {
-                path: rules.name.clone().into(),
-                message,
-            }
+    let preset = rules
+        .metrics
+        .preset(m.engine.name.as_deref())
+        .map_err(|message| crate::Error::Rules {
+            path: rules.name.clone().into(),
+            message,
         })?;
     let mut series = preset.series();
     series.push(CLIENT_LAG_METRIC.to_string());
