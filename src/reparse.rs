@@ -10,8 +10,7 @@ use std::process::ExitCode;
 
 use anyhow::{Context, bail};
 use tokentrace_schemas::CellKey;
-use tokentrace_schemas::layout::CELL_FILE;
-use tokentrace_schemas::manifest::{CellMeta, CellStatus, Manifest, Reparsed, ToolInfo, read_json};
+use tokentrace_schemas::manifest::{CellMeta, CellStatus, Manifest, Reparsed, ToolInfo};
 use tokentrace_schemas::raw::RawReader;
 use tokentrace_schemas::reader::{open_table, read_table};
 use tokentrace_schemas::table::Table;
@@ -134,38 +133,13 @@ fn reparse_cells(
     {
         let key = entry.key();
         let dir = key.dir(run);
-        let meta = read_json::<CellMeta>(&dir.join(CELL_FILE), "cell.json")
+        CellMeta::read_complete(&dir)
             .with_context(|| format!("{key}: the manifest says complete, its folder is not"))?;
-        if !meta.complete {
-            bail!(
-                "{}: the cell is not complete",
-                dir.join(CELL_FILE).display()
-            );
-        }
         let summary = reparse_cell(&dir, tmp, key, policy)
             .with_context(|| format!("cannot reparse {}", dir.display()))?;
         summaries.push(summary);
     }
     Ok(summaries)
-}
-
-/// The request as the transport left it: the stream's fields cleared, for the assembler
-/// to set again from the raw bytes.
-fn transport_facts(r: &RequestRow) -> RequestRow {
-    RequestRow {
-        prompt_tokens_server: None,
-        cached_tokens_server: None,
-        completion_tokens_server: None,
-        first_chunk_ns: None,
-        first_token_ns: None,
-        last_token_ns: None,
-        end_ns: None,
-        end_reason: EndReason::Disconnect,
-        finish_reason: None,
-        http_status: None,
-        error: None,
-        ..r.clone()
-    }
 }
 
 /// How the transport ended the request, as its row says. A disconnect with an error was
@@ -193,7 +167,7 @@ fn start(r: &RequestRow, policy: TokenCounting) -> Open {
     } else {
         policy
     };
-    let mut asm = Assembler::new(counting, transport_facts(r));
+    let mut asm = Assembler::new(counting, r.clone());
     if let Some(status) = r.http_status {
         asm.status(u16::try_from(status).unwrap_or(0));
     }

@@ -26,7 +26,7 @@ fn assert_complete(m: &Manifest) {
     );
 }
 
-fn options(target: &str, out: &Path) -> RecordOptions {
+pub fn options(target: &str, out: &Path) -> RecordOptions {
     RecordOptions {
         target: target.to_string(),
         out: out.to_path_buf(),

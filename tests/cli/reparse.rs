@@ -9,11 +9,11 @@ use std::time::Duration;
 
 use clap::Parser;
 use tokentrace::{Cli, run};
-use tokentrace_recorder::runner::{self, RecordOptions};
+use tokentrace_recorder::runner;
 use tokentrace_schemas::layout::list_cells;
 use tokentrace_schemas::manifest::Manifest;
 use tokentrace_schemas::reader::read_table;
-use tokentrace_schemas::tables::{ChunkKind, ChunkRow, Chunks, Endpoint, RequestRow, Requests};
+use tokentrace_schemas::tables::{ChunkKind, ChunkRow, Chunks, RequestRow, Requests};
 use tokentrace_sim::{Profile, SimServer};
 
 /// Every cell's rows, requests by id and chunks by (request, position).
@@ -48,7 +48,11 @@ pub fn assert_same_rows(a: &Rows, b: &Rows) {
 }
 
 /// `tokentrace reparse RUN --out OUT [--token-counting POLICY]`, in-process.
-pub fn reparse(run_dir: &Path, out: &Path, policy: Option<&str>) {
+pub fn reparse_cmd(
+    run_dir: &Path,
+    out: &Path,
+    policy: Option<&str>,
+) -> anyhow::Result<std::process::ExitCode> {
     let mut args = vec![
         "tokentrace".to_string(),
         "reparse".to_string(),
@@ -59,7 +63,12 @@ pub fn reparse(run_dir: &Path, out: &Path, policy: Option<&str>) {
     if let Some(p) = policy {
         args.extend(["--token-counting".to_string(), p.to_string()]);
     }
-    let code = run(Cli::parse_from(args)).expect("reparse runs");
+    run(Cli::parse_from(args))
+}
+
+/// The same, which must succeed.
+pub fn reparse(run_dir: &Path, out: &Path, policy: Option<&str>) {
+    let code = reparse_cmd(run_dir, out, policy).expect("reparse runs");
     assert_eq!(code, std::process::ExitCode::SUCCESS);
 }
 
@@ -105,15 +114,11 @@ fn golden_runs_reparse_row_for_row_and_report_byte_for_byte() {
         assert_eq!(r.from_run_id, m.run_id);
         assert_eq!(r.token_counting, "token_ids");
         assert_eq!(r.recorded_token_counting.as_deref(), Some("token_ids"));
-        // The original is untouched and a second reparse refuses to overwrite.
-        let again = Cli::parse_from([
-            "tokentrace",
-            "reparse",
-            golden(name).to_str().expect("utf-8"),
-            "--out",
-            out.to_str().expect("utf-8"),
-        ]);
-        assert!(run(again).is_err(), "an existing --out is refused");
+        // A second reparse refuses to overwrite.
+        assert!(
+            reparse_cmd(&golden(name), &out, None).is_err(),
+            "an existing --out is refused"
+        );
     }
 }
 
@@ -137,27 +142,12 @@ async fn a_faulty_speculative_run_reparses_as_recorded_and_under_other_policies(
     let sim = SimServer::start(profile, addr).await.expect("sim");
     let dir = tempfile::tempdir().expect("tempdir");
     let recorded = dir.path().join("run");
-    let opts = RecordOptions {
-        target: sim.url(),
-        out: recorded.clone(),
-        model: None,
-        endpoint: Endpoint::Completions,
-        contexts: vec![256],
-        concurrency: vec![3],
-        window: Duration::from_secs(2),
-        max_tokens: 60,
-        metrics_url: None,
-        scrape_interval: Duration::from_millis(200),
-        stall_timeout: Duration::from_millis(400),
-        warmup_timeout: Duration::from_secs(30),
-        drain_timeout: Duration::from_secs(30),
-        prompt_tolerance: 0,
-        resume: false,
-        describe: Vec::new(),
-        launch_command: None,
-        api_key: None,
-        progress: Default::default(),
-    };
+    let mut opts = crate::record::options(&sim.url(), &recorded);
+    opts.contexts = vec![256];
+    opts.concurrency = vec![3];
+    opts.window = Duration::from_secs(2);
+    opts.max_tokens = 60;
+    opts.stall_timeout = Duration::from_millis(400);
     runner::record(&opts, |_| {}).await.expect("recorded");
     sim.stop();
 
@@ -260,14 +250,7 @@ fn a_damaged_raw_capture_is_named_and_nothing_is_left_behind() {
     std::fs::write(&raw, &bytes[..bytes.len() / 2]).expect("truncate");
     let before = rows_of(&run_dir);
     let out = tmp.path().join("out");
-    let cli = Cli::parse_from([
-        "tokentrace",
-        "reparse",
-        run_dir.to_str().expect("utf-8"),
-        "--out",
-        out.to_str().expect("utf-8"),
-    ]);
-    let err = run(cli).expect_err("a damaged capture fails");
+    let err = reparse_cmd(&run_dir, &out, None).expect_err("a damaged capture fails");
     let msg = format!("{err:#}");
     assert!(
         msg.contains(&raw.display().to_string()),

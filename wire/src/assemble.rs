@@ -84,13 +84,28 @@ pub struct Assembler {
 }
 
 impl Assembler {
-    /// Starts a request whose row holds what the transport knows (ids, role, times);
-    /// the fields the stream determines are set from here on.
+    /// Starts a request whose row holds what the transport knows (ids, role, times,
+    /// connection). The fields the stream determines (usage, first chunk and token
+    /// times, finish, status, error, end) are cleared here and set from the reads on, so
+    /// a recorded row can be given as it is (`reparse`).
     pub fn new(counting: TokenCounting, row: RequestRow) -> Self {
         Assembler {
             counting,
             framer: SseFramer::new(),
-            row,
+            row: RequestRow {
+                prompt_tokens_server: None,
+                cached_tokens_server: None,
+                completion_tokens_server: None,
+                first_chunk_ns: None,
+                first_token_ns: None,
+                last_token_ns: None,
+                end_ns: None,
+                end_reason: EndReason::Disconnect,
+                finish_reason: None,
+                http_status: None,
+                error: None,
+                ..row
+            },
             seq: 0,
             last_cumulative: 0,
             attributed: 0,
