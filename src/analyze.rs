@@ -7,8 +7,8 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use anyhow::{Context, bail};
+use tokentrace_analyzer::contract::{Scoring, Verdict};
 use tokentrace_analyzer::render::{self, Format};
-use tokentrace_analyzer::score::{Scoring, Verdict};
 use tokentrace_analyzer::{RuleSet, diff, score_dir};
 
 /// The rule set used when none is given.
@@ -80,7 +80,7 @@ fn report_damage(run: &Path, s: &Scoring) -> bool {
     let bad: Vec<_> = s
         .cells
         .iter()
-        .filter(|c| c.state == tokentrace_analyzer::score::CellScoreState::Incomplete)
+        .filter(|c| c.state == tokentrace_analyzer::contract::CellScoreState::Incomplete)
         .collect();
     for c in &bad {
         eprintln!(

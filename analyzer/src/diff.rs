@@ -8,41 +8,10 @@ use std::path::Path;
 use serde::{Deserialize, Serialize};
 use tokentrace_schemas::layout::CellKey;
 
+use crate::contract::{CellScore, FORMAT, FORMAT_VERSION, Figures, Scoring};
 use crate::error::{Error, Result};
-use crate::render::context_label;
-use crate::score::{CellScore, FORMAT, FORMAT_VERSION, Figures, Scoring};
-
-/// The figures compared, by name.
-pub const FIGURES: [&str; 11] = [
-    "total_tok_s",
-    "per_request_tok_s",
-    "ttft_ms",
-    "time_between_tokens_ms",
-    "itl_ms",
-    "e2e_latency_ms",
-    "active_requests",
-    "completed_requests",
-    "output_tokens",
-    "prompt_tok_s",
-    "window_s",
-];
-
-fn figure(f: &Figures, name: &str) -> Option<f64> {
-    match name {
-        "total_tok_s" => f.total_tok_s,
-        "per_request_tok_s" => f.per_request_tok_s.median,
-        "ttft_ms" => f.ttft_ms.median,
-        "time_between_tokens_ms" => f.time_between_tokens_ms.median,
-        "itl_ms" => f.itl_ms.median,
-        "e2e_latency_ms" => f.e2e_latency_ms.median,
-        "active_requests" => f.active_requests,
-        "completed_requests" => Some(f.completed_requests as f64),
-        "output_tokens" => Some(f.output_tokens as f64),
-        "prompt_tok_s" => f.prompt_tok_s,
-        "window_s" => f.window_s,
-        _ => None,
-    }
-}
+use crate::figures::FIGURES;
+use crate::numbers::context_label;
 
 /// A figure that differs between the two sides.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -139,8 +108,9 @@ pub fn diff(a: &Scoring, b: &Scoring, min_relative: f64) -> Diff {
         );
         let figures: Vec<FigureChange> = FIGURES
             .iter()
-            .filter_map(|name| {
-                let (va, vb) = (figure(fx, name), figure(fy, name));
+            .filter(|f| f.compared)
+            .filter_map(|f| {
+                let (va, vb) = (f.value(fx).number(), f.value(fy).number());
                 if va == vb {
                     return None;
                 }
@@ -152,7 +122,7 @@ pub fn diff(a: &Scoring, b: &Scoring, min_relative: f64) -> Diff {
                     return None;
                 }
                 Some(FigureChange {
-                    figure: name.to_string(),
+                    figure: f.name.to_string(),
                     a: va,
                     b: vb,
                     relative,

@@ -2,10 +2,13 @@
 //! matrix under versioned rule sets: figures, verdicts with evidence, reports, diffs. It
 //! never talks to a server: the run folder is its only input.
 
+pub mod contract;
 pub mod diff;
 pub mod error;
+pub mod figures;
 pub mod load;
 pub mod loops;
+pub mod numbers;
 pub mod presets;
 pub mod render;
 pub mod rules;
@@ -13,7 +16,8 @@ pub mod run;
 pub mod score;
 pub mod stats;
 
+pub use contract::Scoring;
 pub use error::{Error, Result};
 pub use rules::RuleSet;
 pub use run::{CellState, Run};
-pub use score::{Scoring, score, score_dir};
+pub use score::{score, score_dir};

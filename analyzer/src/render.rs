@@ -7,7 +7,9 @@ use std::fmt::Write as _;
 
 use tokentrace_schemas::layout::Phase;
 
-use crate::score::{CellScore, Evidence, Figures, Scoring, Verdict, Warning};
+use crate::contract::{CellScore, Evidence, Figures, Scoring, Verdict, Warning};
+use crate::figures::{Column, FIGURES, Figure};
+use crate::numbers::{context_label, fixed, ms_whole, rate, thousands};
 
 /// Output formats of `report`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -45,68 +47,6 @@ pub fn json(s: &Scoring) -> String {
         .unwrap_or_else(|e| format!("{{\"error\": {:?}}}", e.to_string()));
     out.push('\n');
     out
-}
-
-/// `8K` for multiples of 1,024 tokens, else the plain count.
-pub fn context_label(tokens: u32) -> String {
-    if tokens >= 1024 && tokens.is_multiple_of(1024) {
-        format!("{}K", tokens / 1024)
-    } else {
-        thousands(i64::from(tokens))
-    }
-}
-
-/// `1,234,567`.
-pub fn thousands(v: i64) -> String {
-    let digits = v.unsigned_abs().to_string();
-    let mut out = String::new();
-    for (i, c) in digits.chars().enumerate() {
-        if i > 0 && (digits.len() - i).is_multiple_of(3) {
-            out.push(',');
-        }
-        out.push(c);
-    }
-    if v < 0 { format!("-{out}") } else { out }
-}
-
-/// `1,259.4` with `decimals` places.
-fn fixed(v: f64, decimals: usize) -> String {
-    let s = format!("{:.*}", decimals, v.abs());
-    let (int, frac) = s.split_once('.').unwrap_or((&s, ""));
-    let int: i64 = int.parse().unwrap_or(0);
-    let sign = if v < 0.0 && s.chars().any(|c| c.is_ascii_digit() && c != '0') {
-        "-"
-    } else {
-        ""
-    };
-    if frac.is_empty() {
-        format!("{sign}{}", thousands(int))
-    } else {
-        format!("{sign}{}.{frac}", thousands(int))
-    }
-}
-
-/// A rate as the reference shows it: `19.3K` (`20K`) from 10,000 up, else `1,259.4`;
-/// `whole` drops the decimal below 10,000 (its Prefill section: `8,773`).
-pub fn rate(v: f64, whole: bool) -> String {
-    if v >= 10_000.0 {
-        let k = format!("{:.1}", v / 1000.0);
-        let k = k.strip_suffix(".0").unwrap_or(&k);
-        format!(
-            "{}K",
-            fixed(
-                k.parse().unwrap_or(0.0),
-                if k.contains('.') { 1 } else { 0 }
-            )
-        )
-    } else {
-        fixed(v, if whole { 0 } else { 1 })
-    }
-}
-
-/// `4,454 ms`.
-pub fn ms_whole(v: f64) -> String {
-    format!("{} ms", fixed(v, 0))
 }
 
 const DASH: &str = "—";
@@ -318,48 +258,31 @@ fn markdown(s: &Scoring) -> String {
         o,
         "Latencies are medians. Total tok/s is output across all simultaneous requests.\n"
     );
-    let _ = writeln!(
-        o,
-        "| Phase | Context | Requests at once | Status | Total tok/s | Per request tok/s | TTFT | Time between tokens | Average active requests | Completed requests | Output tokens | Measured for |"
-    );
-    let _ = writeln!(o, "|---|---|---|---|---|---|---|---|---|---|---|---|");
+    let columns: Vec<(&Figure, Column)> = FIGURES
+        .iter()
+        .filter_map(|f| f.column.map(|c| (f, c)))
+        .collect();
+    let _ = write!(o, "| Phase | Context | Requests at once | Status |");
+    for (_, c) in &columns {
+        let _ = write!(o, " {} |", c.header);
+    }
+    let _ = writeln!(o, "\n|---|---|---|---|{}", "---|".repeat(columns.len()));
     for c in &s.cells {
         let f = shown(c);
-        let row = match c.phase {
-            Phase::Prefill => [
-                "Prefill".to_string(),
-                context_label(c.context),
-                c.concurrency.to_string(),
-                c.status_label(),
-                opt(f.and_then(|f| f.prompt_tok_s), |v| rate(v, false)),
-                DASH.to_string(),
-                opt(f.and_then(|f| f.ttft_ms.median), ms_whole),
-                DASH.to_string(),
-                DASH.to_string(),
-                f.map(|f| thousands(f.completed_requests))
-                    .unwrap_or_else(|| DASH.to_string()),
-                DASH.to_string(),
-                DASH.to_string(),
-            ],
-            Phase::Decode => [
-                "Sustained decode".to_string(),
-                context_label(c.context),
-                c.concurrency.to_string(),
-                c.status_label(),
-                opt(f.and_then(|f| f.total_tok_s), |v| rate(v, false)),
-                opt(f.and_then(|f| f.per_request_tok_s.median), |v| fixed(v, 1)),
-                opt(f.and_then(|f| f.ttft_ms.median), ms_whole),
-                opt(f.and_then(|f| f.time_between_tokens_ms.median), |v| {
-                    format!("{} ms", fixed(v, 1))
-                }),
-                opt(f.and_then(|f| f.active_requests), |v| fixed(v, 1)),
-                f.map(|f| thousands(f.completed_requests))
-                    .unwrap_or_else(|| DASH.to_string()),
-                f.map(|f| thousands(f.output_tokens))
-                    .unwrap_or_else(|| DASH.to_string()),
-                opt(f.and_then(|f| f.window_s), |v| format!("{} s", fixed(v, 1))),
-            ],
-        };
+        let mut row = vec![
+            match c.phase {
+                Phase::Prefill => "Prefill".to_string(),
+                Phase::Decode => "Sustained decode".to_string(),
+            },
+            context_label(c.context),
+            c.concurrency.to_string(),
+            c.status_label(),
+        ];
+        row.extend(columns.iter().map(|(figure, column)| {
+            f.filter(|_| column.phases.contains(&c.phase))
+                .and_then(|f| figure.value(f).show(column.show))
+                .unwrap_or_else(|| DASH.to_string())
+        }));
         let _ = writeln!(o, "| {} |", row.join(" | "));
     }
 
@@ -525,8 +448,9 @@ fn cell_notes(c: &CellScore) -> Vec<String> {
     out
 }
 
-/// Columns of the CSV output, in order.
-pub const CSV_COLUMNS: [&str; 22] = [
+/// CSV columns before the figures (the figures follow in [`FIGURES`] order, then
+/// `warnings`).
+const CSV_LEADING: [&str; 7] = [
     "run_id",
     "rules",
     "phase",
@@ -534,21 +458,6 @@ pub const CSV_COLUMNS: [&str; 22] = [
     "concurrency",
     "state",
     "verdict",
-    "total_tok_s",
-    "per_request_tok_s_median",
-    "ttft_ms_median",
-    "time_between_tokens_ms_median",
-    "itl_ms_median",
-    "e2e_latency_ms_median",
-    "active_requests",
-    "active_source",
-    "completed_requests",
-    "output_tokens",
-    "requests_scored",
-    "window_s",
-    "prompt_tokens",
-    "prompt_tok_s",
-    "warnings",
 ];
 
 fn csv_field(s: &str) -> String {
@@ -559,12 +468,14 @@ fn csv_field(s: &str) -> String {
     }
 }
 
-fn num(v: Option<f64>) -> String {
-    v.map(|x| x.to_string()).unwrap_or_default()
-}
-
 fn csv(s: &Scoring) -> String {
-    let mut o = CSV_COLUMNS.join(",");
+    let mut o = CSV_LEADING
+        .iter()
+        .copied()
+        .chain(FIGURES.iter().map(|f| f.csv))
+        .chain(["warnings"])
+        .collect::<Vec<_>>()
+        .join(",");
     o.push('\n');
     for c in &s.cells {
         let f = c.figures.as_ref();
@@ -586,7 +497,7 @@ fn csv(s: &Scoring) -> String {
                     .and_then(|j| j.get("kind").and_then(|k| k.as_str().map(str::to_string)))
             })
             .collect();
-        let fields = [
+        let mut fields = vec![
             s.run.run_id.clone(),
             s.rules.id(),
             c.phase.to_string(),
@@ -594,54 +505,16 @@ fn csv(s: &Scoring) -> String {
             c.concurrency.to_string(),
             c.state.to_string(),
             verdict,
-            num(f.and_then(|f| f.total_tok_s)),
-            num(f.and_then(|f| f.per_request_tok_s.median)),
-            num(f.and_then(|f| f.ttft_ms.median)),
-            num(f.and_then(|f| f.time_between_tokens_ms.median)),
-            num(f.and_then(|f| f.itl_ms.median)),
-            num(f.and_then(|f| f.e2e_latency_ms.median)),
-            num(f.and_then(|f| f.active_requests)),
-            f.and_then(|f| f.active_source.clone()).unwrap_or_default(),
-            f.map(|f| f.completed_requests.to_string())
-                .unwrap_or_default(),
-            f.map(|f| f.output_tokens.to_string()).unwrap_or_default(),
-            f.map(|f| f.requests_scored.to_string()).unwrap_or_default(),
-            num(f.and_then(|f| f.window_s)),
-            f.and_then(|f| f.prompt_tokens)
-                .map(|v| v.to_string())
-                .unwrap_or_default(),
-            num(f.and_then(|f| f.prompt_tok_s)),
-            warnings.join(";"),
         ];
+        fields.extend(
+            FIGURES
+                .iter()
+                .map(|x| f.map(|f| x.value(f).csv()).unwrap_or_default()),
+        );
+        fields.push(warnings.join(";"));
         let row: Vec<String> = fields.iter().map(|x| csv_field(x)).collect();
         o.push_str(&row.join(","));
         o.push('\n');
     }
     o
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn numbers_as_the_reference_writes_them() {
-        assert_eq!(rate(19_312.0, false), "19.3K");
-        assert_eq!(rate(19_980.0, false), "20K");
-        assert_eq!(rate(8_773.0, false), "8,773.0");
-        assert_eq!(rate(8_773.0, true), "8,773");
-        assert_eq!(rate(1_259.44, false), "1,259.4");
-        assert_eq!(rate(244.6, false), "244.6");
-        assert_eq!(rate(123_456.0, false), "123.5K");
-        assert_eq!(ms_whole(4_454.4), "4,454 ms");
-        assert_eq!(ms_whole(93.0), "93 ms");
-        assert_eq!(fixed(30.0, 1), "30.0");
-        assert_eq!(fixed(-0.04, 1), "0.0");
-        assert_eq!(fixed(-2.5, 1), "-2.5");
-        assert_eq!(thousands(196_574), "196,574");
-        assert_eq!(thousands(0), "0");
-        assert_eq!(context_label(8192), "8K");
-        assert_eq!(context_label(1_043_456), "1019K");
-        assert_eq!(context_label(300), "300");
-    }
 }

@@ -8,7 +8,7 @@ use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use tokentrace_analyzer::score::{Evidence, Verdict};
+use tokentrace_analyzer::contract::{Evidence, Verdict};
 use tokentrace_analyzer::{RuleSet, render, score_dir};
 use tokentrace_recorder::runner::{self, RecordOptions};
 use tokentrace_schemas::layout::list_cells;

@@ -271,7 +271,7 @@ async fn without_server_metrics_the_client_side_evidence_is_used_and_said() {
     assert!(
         decode.warnings.iter().any(|w| matches!(
             w,
-            tokentrace_analyzer::score::Warning::NoServerMetrics { .. }
+            tokentrace_analyzer::contract::Warning::NoServerMetrics { .. }
         )),
         "{:?}",
         decode.warnings
@@ -280,7 +280,7 @@ async fn without_server_metrics_the_client_side_evidence_is_used_and_said() {
     assert!(
         !decode.warnings.iter().any(|w| matches!(
             w,
-            tokentrace_analyzer::score::Warning::DrainIncomplete { .. }
+            tokentrace_analyzer::contract::Warning::DrainIncomplete { .. }
         )),
         "{:?}",
         decode.warnings

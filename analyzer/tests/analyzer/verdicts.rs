@@ -3,8 +3,8 @@
 
 use std::path::Path;
 
+use tokentrace_analyzer::contract::{Evidence, Scoring, Verdict, Warning};
 use tokentrace_analyzer::rules::{Channel, parse};
-use tokentrace_analyzer::score::{Evidence, Scoring, Verdict, Warning};
 use tokentrace_analyzer::{RuleSet, score_dir};
 use tokentrace_schemas::layout::{CellKey, Phase};
 use tokentrace_schemas::synth::{self, DecodeSpec};

@@ -1,0 +1,310 @@
+//! The scoring contract: the serialized form of a scored run (`tokentrace.scoring`
+//! v1) that `rescore` writes to `RUN/results/<name>@<version>.json`, `diff` reads back,
+//! and every report format renders. Types only; the rules that fill them are in `score`.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+use tokentrace_schemas::layout::{CellKey, Phase};
+use tokentrace_schemas::manifest::CellStatus;
+
+use crate::presets::Preset;
+use crate::rules::{Channel, RuleSet};
+
+/// The JSON document's format name and version.
+pub const FORMAT: &str = "tokentrace.scoring";
+pub const FORMAT_VERSION: u32 = 1;
+
+/// A scored run.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Scoring {
+    pub format: String,
+    pub format_version: u32,
+    /// `tokentrace <version>` that scored it.
+    pub scored_by: String,
+    pub rules: RuleSet,
+    /// The metric names used, after the preset and the rule set's overrides.
+    pub metrics: Preset,
+    pub run: RunInfo,
+    pub cells: Vec<CellScore>,
+}
+
+/// What the manifest says about the run.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RunInfo {
+    pub run_id: String,
+    pub started_utc: String,
+    pub recorded_by: String,
+    pub model: String,
+    pub engine: Option<String>,
+    pub engine_version: Option<String>,
+    pub engine_details: BTreeMap<String, String>,
+    pub hardware: Option<String>,
+    pub launch_command: Option<String>,
+    pub target: String,
+    pub endpoint: String,
+    pub window_s: f64,
+    pub max_tokens: u32,
+    pub ignore_eos: bool,
+    pub token_counting: Option<String>,
+    /// Whether the server's `/metrics` answered.
+    pub server_metrics: Option<bool>,
+}
+
+/// A cell's verdict.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Verdict {
+    Valid,
+    RequestsQueued,
+    Looped,
+    Error,
+}
+
+impl Verdict {
+    /// As the report shows it.
+    pub fn label(self) -> &'static str {
+        match self {
+            Verdict::Valid => "Valid",
+            Verdict::RequestsQueued => "Requests queued",
+            Verdict::Looped => "Looped",
+            Verdict::Error => "Error",
+        }
+    }
+
+    /// Whether the cell's throughput is shown.
+    pub fn shows_figures(self) -> bool {
+        matches!(self, Verdict::Valid | Verdict::RequestsQueued)
+    }
+}
+
+/// Why a cell got its verdict: one item per rule that fired, with what it saw.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "rule", rename_all = "snake_case", deny_unknown_fields)]
+pub enum Evidence {
+    /// A stream failed (Error).
+    FailedStream {
+        request_id: i64,
+        role: String,
+        end_reason: String,
+        error: Option<String>,
+        /// When it ended, seconds after the window opened (negative: before).
+        end_s: Option<f64>,
+    },
+    /// The cell has no measurement window or no scout (Error).
+    Missing { what: String },
+    /// A request repeated itself (Looped).
+    Loop(LoopEvidence),
+    /// The readiness warm-up gave up (Requests queued).
+    WarmupNotReady { detail: String },
+    /// The running gauge never reached N (Requests queued).
+    RunningNeverReachedN {
+        metric: String,
+        max: f64,
+        concurrency: u32,
+    },
+    /// The running gauge's mean was below the threshold (Requests queued).
+    RunningMeanBelow {
+        metric: String,
+        mean: f64,
+        threshold: f64,
+        samples: usize,
+    },
+    /// The waiting gauge's mean was above the threshold (Requests queued).
+    WaitingMeanAbove {
+        metric: String,
+        mean: f64,
+        threshold: f64,
+        samples: usize,
+    },
+    /// A scrape saw the waiting gauge above the threshold (Requests queued).
+    WaitingSampleAbove {
+        metric: String,
+        value: f64,
+        threshold: f64,
+        /// The scrape, seconds after the window opened.
+        at_s: f64,
+        /// Scrapes above the threshold, of all inside the window.
+        samples_above: usize,
+        samples: usize,
+    },
+}
+
+impl Evidence {
+    /// The verdict this evidence supports.
+    pub fn verdict(&self) -> Verdict {
+        match self {
+            Evidence::FailedStream { .. } | Evidence::Missing { .. } => Verdict::Error,
+            Evidence::Loop(_) => Verdict::Looped,
+            _ => Verdict::RequestsQueued,
+        }
+    }
+}
+
+/// A repetition found in one request's text.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LoopEvidence {
+    pub request_id: i64,
+    pub role: String,
+    pub channel: Channel,
+    /// Where the repetition starts, in characters from the start of the channel's text.
+    pub start_char: usize,
+    pub cycle_chars: usize,
+    pub cycles: usize,
+    pub span_chars: usize,
+    /// The first characters of the cycle.
+    pub cycle_excerpt: String,
+}
+
+/// Something to know about a cell that is not a verdict.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
+pub enum Warning {
+    /// The recorder itself was slow enough to distort the figures.
+    ClientLag {
+        tick_lateness_max_ms: Option<f64>,
+        queue_delay_p99_ms: Option<f64>,
+        tick_threshold_ms: f64,
+        queue_threshold_ms: f64,
+    },
+    /// A repetition short of a loop.
+    SuspectedLoop(LoopEvidence),
+    /// The server's gauges were not available: queueing was not judged, and active
+    /// requests are the client's count.
+    NoServerMetrics { missing: Vec<String> },
+    /// The drain barrier after the cell did not see an idle server.
+    DrainIncomplete { detail: String },
+}
+
+/// Median and percentiles of one per-request (or per-gap) quantity.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Summary {
+    pub n: usize,
+    pub median: Option<f64>,
+    /// By percentile, e.g. `p99`.
+    pub percentiles: BTreeMap<String, f64>,
+    pub max: Option<f64>,
+}
+
+/// A cell's figures (times in ms, rates in tokens/s).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Figures {
+    /// Window length (decode), seconds.
+    pub window_s: Option<f64>,
+    /// Output tokens inside the window / window (decode); prompt tok/s (prefill).
+    pub total_tok_s: Option<f64>,
+    pub output_tokens: i64,
+    pub completed_requests: i64,
+    /// Requests the per-request figures are taken over.
+    pub requests_scored: usize,
+    pub ttft_ms: Summary,
+    pub time_between_tokens_ms: Summary,
+    pub per_request_tok_s: Summary,
+    /// Gaps between consecutive token events inside the window (inter-chunk latency).
+    pub itl_ms: Summary,
+    /// Send → end of completed requests.
+    pub e2e_latency_ms: Summary,
+    pub active_requests: Option<f64>,
+    /// `server` or `client`: where `active_requests` came from.
+    pub active_source: Option<String>,
+    /// Prefill: prompt tokens of the scout as the server counted them.
+    pub prompt_tokens: Option<i64>,
+    /// Prefill: prompt tokens / scout TTFT.
+    pub prompt_tok_s: Option<f64>,
+}
+
+/// One cell of the matrix, scored (or why not).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CellScore {
+    pub phase: Phase,
+    pub context: u32,
+    pub concurrency: u32,
+    pub state: CellScoreState,
+    /// Why the cell is not complete.
+    pub reason: Option<String>,
+    /// Null for cells that were not scored.
+    pub verdict: Option<Verdict>,
+    pub evidence: Vec<Evidence>,
+    /// Evidence items left out beyond the first few per rule.
+    pub evidence_omitted: usize,
+    pub warnings: Vec<Warning>,
+    pub figures: Option<Figures>,
+}
+
+impl CellScore {
+    pub fn key(&self) -> CellKey {
+        CellKey::new(self.phase, self.context, self.concurrency)
+    }
+
+    /// The status column: the verdict, or the cell's state when it was not scored.
+    pub fn status_label(&self) -> String {
+        match self.verdict {
+            Some(v) => v.label().to_string(),
+            None => match self.state {
+                CellScoreState::Planned => "Not recorded".to_string(),
+                s => {
+                    let mut c = s.as_str().chars();
+                    c.next()
+                        .map(|f| f.to_uppercase().chain(c).collect())
+                        .unwrap_or_default()
+                }
+            },
+        }
+    }
+}
+
+/// Where a cell stands in a scoring.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CellScoreState {
+    /// Scored.
+    Complete,
+    /// A folder without a valid commit mark or with a bad file (`reason` says which).
+    Incomplete,
+    /// As the manifest says: not recorded yet.
+    Planned,
+    /// As the manifest says: its recording failed.
+    Failed,
+    /// As the manifest says: not recorded on purpose.
+    Skipped,
+    /// As the manifest says: the run stopped while recording it.
+    Interrupted,
+}
+
+impl CellScoreState {
+    /// The name the JSON and CSV outputs use.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CellScoreState::Complete => "complete",
+            CellScoreState::Incomplete => "incomplete",
+            CellScoreState::Planned => "planned",
+            CellScoreState::Failed => "failed",
+            CellScoreState::Skipped => "skipped",
+            CellScoreState::Interrupted => "interrupted",
+        }
+    }
+}
+
+impl std::fmt::Display for CellScoreState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl From<CellStatus> for CellScoreState {
+    fn from(s: CellStatus) -> Self {
+        match s {
+            CellStatus::Complete => CellScoreState::Complete,
+            CellStatus::Planned => CellScoreState::Planned,
+            CellStatus::Failed => CellScoreState::Failed,
+            CellStatus::Skipped => CellScoreState::Skipped,
+            CellStatus::Interrupted => CellScoreState::Interrupted,
+        }
+    }
+}

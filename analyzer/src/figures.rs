@@ -1,0 +1,264 @@
+//! The figure table: every figure a cell reports, defined once — its name in diffs, its
+//! CSV column, its column and number format in the Markdown report, and how it is read
+//! from [`Figures`]. A new figure is a field in `Figures`, its computation, and a row here.
+
+use tokentrace_schemas::layout::Phase;
+
+use crate::contract::Figures;
+use crate::numbers::{fixed, ms_whole, rate, thousands};
+
+/// One figure of one cell.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Value {
+    Number(Option<f64>),
+    Count(Option<i64>),
+    Text(Option<String>),
+}
+
+impl Value {
+    /// As a number, for diffs; text has none.
+    pub fn number(&self) -> Option<f64> {
+        match self {
+            Value::Number(v) => *v,
+            Value::Count(v) => v.map(|c| c as f64),
+            Value::Text(_) => None,
+        }
+    }
+
+    /// At full precision, for CSV; empty when absent.
+    pub fn csv(&self) -> String {
+        match self {
+            Value::Number(v) => v.map(|x| x.to_string()),
+            Value::Count(v) => v.map(|c| c.to_string()),
+            Value::Text(v) => v.clone(),
+        }
+        .unwrap_or_default()
+    }
+
+    /// As the Markdown report writes it; `None` when absent.
+    pub fn show(&self, how: Show) -> Option<String> {
+        if let Value::Count(Some(c)) = self
+            && how == Show::Thousands
+        {
+            return Some(thousands(*c));
+        }
+        let v = self.number()?;
+        Some(match how {
+            Show::Rate => rate(v, false),
+            Show::Decimal1 => fixed(v, 1),
+            Show::WholeMs => ms_whole(v),
+            Show::Ms1 => format!("{} ms", fixed(v, 1)),
+            Show::Thousands => thousands(v as i64),
+            Show::Seconds1 => format!("{} s", fixed(v, 1)),
+        })
+    }
+}
+
+/// Number formats of the Markdown report.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Show {
+    /// `19.3K`, `1,259.4`.
+    Rate,
+    /// `12.5`.
+    Decimal1,
+    /// `4,454 ms`.
+    WholeMs,
+    /// `12.5 ms`.
+    Ms1,
+    /// `196,574`.
+    Thousands,
+    /// `30.0 s`.
+    Seconds1,
+}
+
+/// A figure's column in the report's "All measurements" table.
+#[derive(Debug, Clone, Copy)]
+pub struct Column {
+    pub header: &'static str,
+    pub show: Show,
+    /// The phases whose rows show it; the others show a dash.
+    pub phases: &'static [Phase],
+}
+
+/// One row of the figure table.
+#[derive(Debug, Clone, Copy)]
+pub struct Figure {
+    /// The name `diff` reports.
+    pub name: &'static str,
+    /// The CSV column.
+    pub csv: &'static str,
+    /// Whether `diff` compares it.
+    pub compared: bool,
+    /// Its column in the Markdown report, if it has one.
+    pub column: Option<Column>,
+    read: fn(&Figures) -> Value,
+}
+
+impl Figure {
+    /// The figure's value in `f`.
+    pub fn value(&self, f: &Figures) -> Value {
+        (self.read)(f)
+    }
+}
+
+const BOTH: &[Phase] = &[Phase::Prefill, Phase::Decode];
+const DECODE: &[Phase] = &[Phase::Decode];
+
+const fn column(header: &'static str, show: Show, phases: &'static [Phase]) -> Option<Column> {
+    Some(Column {
+        header,
+        show,
+        phases,
+    })
+}
+
+/// Every figure, in CSV (and report column) order.
+pub const FIGURES: &[Figure] = &[
+    Figure {
+        name: "total_tok_s",
+        csv: "total_tok_s",
+        compared: true,
+        // Prefill: the scout's prompt tok/s.
+        column: column("Total tok/s", Show::Rate, BOTH),
+        read: |f| Value::Number(f.total_tok_s),
+    },
+    Figure {
+        name: "per_request_tok_s",
+        csv: "per_request_tok_s_median",
+        compared: true,
+        column: column("Per request tok/s", Show::Decimal1, DECODE),
+        read: |f| Value::Number(f.per_request_tok_s.median),
+    },
+    Figure {
+        name: "ttft_ms",
+        csv: "ttft_ms_median",
+        compared: true,
+        column: column("TTFT", Show::WholeMs, BOTH),
+        read: |f| Value::Number(f.ttft_ms.median),
+    },
+    Figure {
+        name: "time_between_tokens_ms",
+        csv: "time_between_tokens_ms_median",
+        compared: true,
+        column: column("Time between tokens", Show::Ms1, DECODE),
+        read: |f| Value::Number(f.time_between_tokens_ms.median),
+    },
+    Figure {
+        name: "itl_ms",
+        csv: "itl_ms_median",
+        compared: true,
+        column: None,
+        read: |f| Value::Number(f.itl_ms.median),
+    },
+    Figure {
+        name: "e2e_latency_ms",
+        csv: "e2e_latency_ms_median",
+        compared: true,
+        column: None,
+        read: |f| Value::Number(f.e2e_latency_ms.median),
+    },
+    Figure {
+        name: "active_requests",
+        csv: "active_requests",
+        compared: true,
+        column: column("Average active requests", Show::Decimal1, DECODE),
+        read: |f| Value::Number(f.active_requests),
+    },
+    Figure {
+        name: "active_source",
+        csv: "active_source",
+        compared: false,
+        column: None,
+        read: |f| Value::Text(f.active_source.clone()),
+    },
+    Figure {
+        name: "completed_requests",
+        csv: "completed_requests",
+        compared: true,
+        column: column("Completed requests", Show::Thousands, BOTH),
+        read: |f| Value::Count(Some(f.completed_requests)),
+    },
+    Figure {
+        name: "output_tokens",
+        csv: "output_tokens",
+        compared: true,
+        column: column("Output tokens", Show::Thousands, DECODE),
+        read: |f| Value::Count(Some(f.output_tokens)),
+    },
+    Figure {
+        name: "requests_scored",
+        csv: "requests_scored",
+        compared: false,
+        column: None,
+        read: |f| Value::Count(i64::try_from(f.requests_scored).ok()),
+    },
+    Figure {
+        name: "window_s",
+        csv: "window_s",
+        compared: true,
+        column: column("Measured for", Show::Seconds1, DECODE),
+        read: |f| Value::Number(f.window_s),
+    },
+    Figure {
+        name: "prompt_tokens",
+        csv: "prompt_tokens",
+        compared: false,
+        column: None,
+        read: |f| Value::Count(f.prompt_tokens),
+    },
+    Figure {
+        name: "prompt_tok_s",
+        csv: "prompt_tok_s",
+        compared: true,
+        column: None,
+        read: |f| Value::Number(f.prompt_tok_s),
+    },
+];
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_and_columns_are_unique() {
+        let mut names: Vec<&str> = FIGURES.iter().map(|f| f.name).collect();
+        let mut csv: Vec<&str> = FIGURES.iter().map(|f| f.csv).collect();
+        names.sort();
+        names.dedup();
+        csv.sort();
+        csv.dedup();
+        assert_eq!(names.len(), FIGURES.len());
+        assert_eq!(csv.len(), FIGURES.len());
+    }
+
+    #[test]
+    fn values_read_their_own_field() {
+        let f = Figures {
+            total_tok_s: Some(19_312.0),
+            output_tokens: 196_574,
+            requests_scored: 7,
+            active_source: Some("server".to_string()),
+            ..Figures::default()
+        };
+        let get = |name: &str| {
+            FIGURES
+                .iter()
+                .find(|x| x.name == name)
+                .map(|x| x.value(&f))
+                .expect("figure")
+        };
+        assert_eq!(
+            get("total_tok_s").show(Show::Rate).as_deref(),
+            Some("19.3K")
+        );
+        assert_eq!(
+            get("output_tokens").show(Show::Thousands).as_deref(),
+            Some("196,574")
+        );
+        assert_eq!(get("requests_scored").csv(), "7");
+        assert_eq!(get("active_source").csv(), "server");
+        assert_eq!(get("active_source").number(), None);
+        assert_eq!(get("window_s").csv(), "");
+        assert_eq!(get("window_s").show(Show::Seconds1), None);
+    }
+}

@@ -1,0 +1,150 @@
+//! The figures of a cell: throughput over the window, per-request summaries (TTFT, time
+//! between tokens, rate, end-to-end latency), inter-chunk gaps and active requests for
+//! decode; the scout's TTFT and prompt rate for prefill.
+
+use tokentrace_schemas::tables::EndReason;
+
+use super::view::{DecodeView, PrefillView, Stream};
+use crate::contract::{Figures, Summary};
+use crate::load::{RequestInfo, TokenAgg};
+use crate::rules::{ActiveSource, FirstToken, RequestScope, RuleSet, TbtDenominator};
+use crate::stats;
+
+pub fn ms(ns: i64) -> f64 {
+    ns as f64 / 1e6
+}
+
+pub fn summary(values: Vec<f64>, rules: &RuleSet) -> Summary {
+    let v = stats::sorted(values);
+    Summary {
+        n: v.len(),
+        median: stats::median(&v, rules.stats.median),
+        percentiles: rules
+            .stats
+            .percentiles
+            .iter()
+            .filter_map(|p| {
+                stats::percentile(&v, *p, rules.stats.percentile).map(|x| (format!("p{p}"), x))
+            })
+            .collect(),
+        max: v.last().copied(),
+    }
+}
+
+/// The first token's arrival under the TTFT rule.
+pub fn first_token(agg: &TokenAgg, rule: FirstToken) -> Option<i64> {
+    match rule {
+        FirstToken::FirstChunk => agg.first_chunk_ns,
+        FirstToken::FirstContent => agg.first_content_ns,
+        FirstToken::FirstContentOrReasoning => agg.first_text_ns,
+    }
+}
+
+pub fn is_finished(r: &RequestInfo) -> bool {
+    matches!(
+        r.end_reason,
+        EndReason::FinishedStop | EndReason::FinishedLength | EndReason::FinishedOther
+    )
+}
+
+/// The scout's TTFT, ns, under the TTFT rule.
+pub fn scout_ttft(scout: &Stream, rules: &RuleSet) -> Option<i64> {
+    first_token(&scout.tokens, rules.ttft.first)
+        .zip(scout.info.sent_ns)
+        .map(|(f, s)| f - s)
+}
+
+pub fn prefill(v: &PrefillView, rules: &RuleSet) -> Figures {
+    let mut f = Figures::default();
+    let Some(scout) = &v.scout else { return f };
+    let ttft = scout_ttft(scout, rules);
+    let prompt = scout
+        .info
+        .prompt_tokens_server
+        .unwrap_or(scout.info.prompt_tokens_requested);
+    f.prompt_tokens = Some(prompt);
+    f.ttft_ms = summary(ttft.map(ms).into_iter().collect(), rules);
+    f.prompt_tok_s = ttft
+        .filter(|t| *t > 0)
+        .map(|t| prompt as f64 / (t as f64 / 1e9));
+    f.total_tok_s = f.prompt_tok_s;
+    f.completed_requests = i64::from(is_finished(scout.info));
+    f.requests_scored = usize::from(ttft.is_some());
+    f
+}
+
+pub fn decode(v: &DecodeView, rules: &RuleSet) -> Figures {
+    let (open, close) = (v.open, v.close);
+    let window_ns = v.window_ns();
+    let window_s = window_ns as f64 / 1e9;
+    let mut f = Figures {
+        window_s: Some(window_s),
+        ..Figures::default()
+    };
+    f.output_tokens = v.streams.iter().map(|s| s.tokens.tokens_in_window).sum();
+    f.total_tok_s = (window_ns > 0).then(|| f.output_tokens as f64 / window_s);
+    let scoped = v.streams.iter().filter(|s| match rules.requests.scope {
+        RequestScope::All => true,
+        RequestScope::OverlappingWindow => {
+            s.info.sent_ns.is_some_and(|t| t < close) && s.info.end_ns.is_none_or(|e| e >= open)
+        }
+    });
+    let (mut ttft, mut tbt, mut rate, mut e2e) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    let mut scored = 0;
+    for s in scoped {
+        let (r, a) = (s.info, &s.tokens);
+        if a.tokens < i64::from(rules.requests.min_tokens) {
+            continue;
+        }
+        scored += 1;
+        if let (Some(first), Some(sent)) = (first_token(a, rules.ttft.first), r.sent_ns) {
+            ttft.push(ms(first - sent));
+        }
+        let denominator = match rules.requests.tbt_denominator {
+            TbtDenominator::TokensMinusOne => a.tokens - 1,
+            TbtDenominator::TokensAfterFirstEvent => a.tokens - a.first_token_tokens,
+        };
+        if let (Some(first), Some(last)) = (a.first_token_ns, a.last_token_ns)
+            && denominator > 0
+            && last > first
+        {
+            let per_token_ns = (last - first) as f64 / denominator as f64;
+            tbt.push(per_token_ns / 1e6);
+            rate.push(1e9 / per_token_ns);
+        }
+        if is_finished(r)
+            && let (Some(sent), Some(end)) = (r.sent_ns, r.end_ns)
+        {
+            e2e.push(ms(end - sent));
+        }
+    }
+    f.requests_scored = scored;
+    f.ttft_ms = summary(ttft, rules);
+    f.time_between_tokens_ms = summary(tbt, rules);
+    f.per_request_tok_s = summary(rate, rules);
+    f.e2e_latency_ms = summary(e2e, rules);
+    f.itl_ms = summary(v.gaps.iter().map(|x| ms(*x)).collect(), rules);
+    f.completed_requests = v
+        .streams
+        .iter()
+        .filter(|s| is_finished(s.info) && s.info.end_ns.is_some_and(|e| v.in_window(e)))
+        .count() as i64;
+
+    let client_active = {
+        let busy: i64 = v
+            .streams
+            .iter()
+            .filter_map(|s| {
+                let start = s.info.sent_ns?.max(open);
+                let end = s.info.end_ns.unwrap_or(close).min(close);
+                (end > start).then_some(end - start)
+            })
+            .sum();
+        (window_ns > 0).then(|| busy as f64 / window_ns as f64)
+    };
+    (f.active_requests, f.active_source) = match (rules.active.source, v.running.mean()) {
+        (ActiveSource::Server, Some(m)) => (Some(m), Some("server".to_string())),
+        _ => (client_active, Some("client".to_string())),
+    };
+    f
+}

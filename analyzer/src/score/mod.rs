@@ -1,0 +1,186 @@
+//! Scoring: a run and a rule set in, a [`Scoring`] out. Each complete cell is viewed
+//! once ([`view`]), measured ([`measure`]), and judged by the verdict rules
+//! ([`verdicts`]) and the warning rules ([`warnings`]), one function per rule.
+
+mod measure;
+mod verdicts;
+mod view;
+mod warnings;
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use tokentrace_schemas::column::StrEnum;
+use tokentrace_schemas::layout::{CellKey, Phase};
+use tokentrace_schemas::manifest::CellStatus;
+
+use crate::contract::{
+    CellScore, CellScoreState, Evidence, FORMAT, FORMAT_VERSION, RunInfo, Scoring, Verdict,
+};
+use crate::error::Result;
+use crate::load;
+use crate::rules::RuleSet;
+use crate::run::{CellState, Run};
+use view::{DecodeView, PrefillView};
+
+/// At most this many evidence items per rule are kept; the rest are counted.
+pub const MAX_EVIDENCE: usize = 10;
+
+/// Scores the run folder at `dir` under `rules`.
+pub fn score_dir(dir: &Path, rules: &RuleSet) -> Result<Scoring> {
+    score(&Run::open(dir)?, rules)
+}
+
+/// Scores an opened run under `rules`.
+pub fn score(run: &Run, rules: &RuleSet) -> Result<Scoring> {
+    let m = &run.manifest;
+    let preset = rules
+        .metrics
+        .preset(m.engine.name.as_deref())
+        .map_err(|message| crate::Error::Rules {
+            path: rules.name.clone().into(),
+            message,
+        })?;
+    let mut series = preset.series();
+    series.push(tokentrace_schemas::protocol::CLIENT_LAG_METRIC.to_string());
+    let loaded = load::load(run, &series)?;
+
+    // Every cell the manifest lists, and any folder it does not.
+    let mut cells: BTreeMap<CellKey, CellScore> = BTreeMap::new();
+    for entry in &m.cells {
+        cells.insert(
+            entry.key(),
+            unscored(entry.key(), entry.status, entry.reason.clone()),
+        );
+    }
+    for state in &run.cells {
+        match state {
+            CellState::Complete { key, .. } => {
+                let s = match key.phase {
+                    Phase::Prefill => score_prefill(PrefillView::new(*key, &loaded), rules),
+                    Phase::Decode => match DecodeView::new(*key, &loaded, rules, &preset) {
+                        Some(v) => score_decode(&v, rules),
+                        None => no_window(*key),
+                    },
+                };
+                cells.insert(*key, s);
+            }
+            CellState::Incomplete { key, reason, .. } => {
+                cells.insert(
+                    *key,
+                    new_cell(*key, CellScoreState::Incomplete, Some(reason.clone())),
+                );
+            }
+        }
+    }
+    Ok(Scoring {
+        format: FORMAT.to_string(),
+        format_version: FORMAT_VERSION,
+        scored_by: format!("tokentrace {}", tokentrace_schemas::TOOL_VERSION),
+        rules: rules.clone(),
+        metrics: preset,
+        run: RunInfo {
+            run_id: m.run_id.clone(),
+            started_utc: m.clock.utc_at_zero.clone(),
+            recorded_by: format!("{} {}", m.tool.name, m.tool.version),
+            model: m.model.clone(),
+            engine: m.engine.name.clone(),
+            engine_version: m.engine.version.clone(),
+            engine_details: m.engine.details.clone(),
+            hardware: m.hardware.clone(),
+            launch_command: m.launch_command.clone(),
+            target: m.target.url.clone(),
+            endpoint: m.config.endpoint.as_str().to_string(),
+            window_s: m.config.window_ns as f64 / 1e9,
+            max_tokens: m.config.max_tokens,
+            ignore_eos: m.config.ignore_eos,
+            token_counting: m.capabilities.token_counting.clone(),
+            server_metrics: m.capabilities.metrics,
+        },
+        cells: cells.into_values().collect(),
+    })
+}
+
+/// A cell in `state` (the scorers fill in verdict and figures of `complete` ones).
+fn new_cell(key: CellKey, state: CellScoreState, reason: Option<String>) -> CellScore {
+    CellScore {
+        phase: key.phase,
+        context: key.context,
+        concurrency: key.concurrency,
+        state,
+        reason,
+        verdict: None,
+        evidence: Vec::new(),
+        evidence_omitted: 0,
+        warnings: Vec::new(),
+        figures: None,
+    }
+}
+
+/// A cell as the manifest lists it, before any folder is looked at: one listed complete
+/// has lost its folder unless a complete folder replaces this entry.
+fn unscored(key: CellKey, status: CellStatus, reason: Option<String>) -> CellScore {
+    if status == CellStatus::Complete {
+        new_cell(
+            key,
+            CellScoreState::Incomplete,
+            reason.or_else(|| {
+                Some(
+                    "the manifest lists the cell as complete but its folder is missing".to_string(),
+                )
+            }),
+        )
+    } else {
+        new_cell(key, status.into(), reason)
+    }
+}
+
+/// Keeps the first [`MAX_EVIDENCE`] items; returns how many were left out.
+fn capped<T>(mut items: Vec<T>) -> (Vec<T>, usize) {
+    let omitted = items.len().saturating_sub(MAX_EVIDENCE);
+    items.truncate(MAX_EVIDENCE);
+    (items, omitted)
+}
+
+/// The worst verdict the evidence supports; Valid without any.
+fn verdict(evidence: &[Evidence]) -> Verdict {
+    evidence
+        .iter()
+        .map(Evidence::verdict)
+        .max()
+        .unwrap_or(Verdict::Valid)
+}
+
+fn score_prefill(v: PrefillView, rules: &RuleSet) -> CellScore {
+    let mut cell = new_cell(v.key, CellScoreState::Complete, None);
+    let evidence = verdicts::scout(&v, rules);
+    cell.verdict = Some(verdict(&evidence));
+    cell.evidence = evidence;
+    cell.figures = Some(measure::prefill(&v, rules));
+    cell
+}
+
+/// A decode cell without a measurement window: Error.
+fn no_window(key: CellKey) -> CellScore {
+    let mut cell = new_cell(key, CellScoreState::Complete, None);
+    cell.verdict = Some(Verdict::Error);
+    cell.evidence.push(Evidence::Missing {
+        what: "no measurement window (window_open/window_close events)".to_string(),
+    });
+    cell
+}
+
+fn score_decode(v: &DecodeView, rules: &RuleSet) -> CellScore {
+    let mut cell = new_cell(v.key, CellScoreState::Complete, None);
+    for rule in verdicts::DECODE {
+        let (kept, omitted) = capped(rule(v, rules));
+        cell.evidence.extend(kept);
+        cell.evidence_omitted += omitted;
+    }
+    for rule in warnings::DECODE {
+        cell.warnings.extend(capped(rule(v, rules)).0);
+    }
+    cell.verdict = Some(verdict(&cell.evidence));
+    cell.figures = Some(measure::decode(v, rules));
+    cell
+}

@@ -1,0 +1,239 @@
+//! The verdict rules, one function each, from a cell's view and the rule set to the
+//! evidence it found: Error (failed streams, missing window or scout), Looped, and the
+//! Requests-queued signs (warm-up never ready, running and waiting gauges).
+
+use tokentrace_schemas::column::StrEnum;
+use tokentrace_schemas::protocol::Readiness;
+use tokentrace_schemas::tables::EventKind;
+
+use super::measure::scout_ttft;
+use super::view::{DecodeView, PrefillView, Repeats};
+use crate::contract::{Evidence, LoopEvidence};
+use crate::load::RequestInfo;
+use crate::loops::Repetition;
+use crate::rules::{ErrorScope, RuleSet};
+
+/// Characters of a loop's cycle quoted as evidence.
+const EXCERPT_CHARS: usize = 80;
+
+/// A verdict rule of decode cells.
+pub type DecodeRule = fn(&DecodeView, &RuleSet) -> Vec<Evidence>;
+
+/// Every decode verdict rule, in the order their evidence is listed.
+pub const DECODE: [DecodeRule; 7] = [
+    failed_streams,
+    looped,
+    warmup_not_ready,
+    running_never_reached_n,
+    running_mean_below,
+    waiting_mean_above,
+    waiting_sample_above,
+];
+
+fn failed(r: &RequestInfo, rules: &RuleSet) -> bool {
+    rules
+        .error
+        .end_reasons
+        .iter()
+        .any(|e| e == r.end_reason.as_str())
+}
+
+fn failed_evidence(r: &RequestInfo, open: Option<i64>) -> Evidence {
+    Evidence::FailedStream {
+        request_id: r.request_id,
+        role: r.role.as_str().to_string(),
+        end_reason: r.end_reason.as_str().to_string(),
+        error: r.error.as_ref().map(|e| e.chars().take(200).collect()),
+        end_s: r.end_ns.zip(open).map(|(e, o)| (e - o) as f64 / 1e9),
+    }
+}
+
+/// Error: the prefill cell has no scout, its scout failed, or it never produced a first
+/// token under the TTFT rule.
+pub fn scout(v: &PrefillView, rules: &RuleSet) -> Vec<Evidence> {
+    let Some(scout) = &v.scout else {
+        return vec![Evidence::Missing {
+            what: "no scout request in the prefill cell".to_string(),
+        }];
+    };
+    if failed(scout.info, rules) {
+        vec![failed_evidence(scout.info, None)]
+    } else if scout_ttft(scout, rules).is_none() {
+        vec![Evidence::Missing {
+            what: format!(
+                "the scout (request {}) produced no first token by the rule `{:?}`",
+                scout.info.request_id, rules.ttft.first
+            ),
+        }]
+    } else {
+        Vec::new()
+    }
+}
+
+/// Error: a stream ended with one of the rule set's error end reasons (in the cell, or
+/// inside the window, per the error scope).
+pub fn failed_streams(v: &DecodeView, rules: &RuleSet) -> Vec<Evidence> {
+    v.streams
+        .iter()
+        .map(|s| s.info)
+        .filter(|r| failed(r, rules))
+        .filter(|r| match rules.error.scope {
+            ErrorScope::Cell => true,
+            ErrorScope::Window => r.end_ns.is_some_and(|e| v.in_window(e)),
+        })
+        .map(|r| failed_evidence(r, Some(v.open)))
+        .collect()
+}
+
+/// The longest repetition of a text that has `min_cycles` cycles and `min_span`
+/// characters; ties go to the shorter cycle, then the earlier start.
+fn longest(found: &[Repetition], min_cycles: u32, min_span: u32) -> Option<&Repetition> {
+    found
+        .iter()
+        .filter(|rep| rep.cycles() >= min_cycles as usize && rep.span >= min_span as usize)
+        .max_by_key(|rep| {
+            (
+                rep.span,
+                std::cmp::Reverse(rep.cycle),
+                std::cmp::Reverse(rep.start),
+            )
+        })
+}
+
+pub fn loop_evidence(r: &Repeats, rep: &Repetition) -> LoopEvidence {
+    LoopEvidence {
+        request_id: r.stream.request_id,
+        role: r.stream.role.as_str().to_string(),
+        channel: r.channel,
+        start_char: rep.start,
+        cycle_chars: rep.cycle,
+        cycles: rep.cycles(),
+        span_chars: rep.span,
+        cycle_excerpt: r
+            .text
+            .chars()
+            .skip(rep.start)
+            .take(rep.cycle.min(EXCERPT_CHARS))
+            .collect(),
+    }
+}
+
+/// The loop a text holds under the loop thresholds, if any.
+pub fn loop_in(r: &Repeats, rules: &RuleSet) -> Option<LoopEvidence> {
+    let l = &rules.looped;
+    longest(&r.found, l.min_cycles, l.min_span_chars).map(|rep| loop_evidence(r, rep))
+}
+
+/// The repetition short of a loop that a text holds under the suspect thresholds.
+pub fn suspect_in(r: &Repeats, rules: &RuleSet) -> Option<LoopEvidence> {
+    let l = &rules.looped;
+    if loop_in(r, rules).is_some() {
+        return None;
+    }
+    longest(&r.found, l.suspect_min_cycles, l.suspect_min_span_chars)
+        .map(|rep| loop_evidence(r, rep))
+}
+
+/// Looped: a text repeats one cycle for at least the loop thresholds.
+pub fn looped(v: &DecodeView, rules: &RuleSet) -> Vec<Evidence> {
+    v.repeats
+        .iter()
+        .filter_map(|r| loop_in(r, rules))
+        .map(Evidence::Loop)
+        .collect()
+}
+
+/// Requests queued: the readiness warm-up gave up before every stream produced a token.
+pub fn warmup_not_ready(v: &DecodeView, rules: &RuleSet) -> Vec<Evidence> {
+    if !rules.queued.warmup_not_ready {
+        return Vec::new();
+    }
+    v.events
+        .iter()
+        .filter(|e| e.kind == EventKind::WarmupEnd)
+        .find_map(|e| e.detail.as_deref().and_then(Readiness::from_detail))
+        .filter(|r| *r != Readiness::Ready)
+        .map(|r| Evidence::WarmupNotReady {
+            detail: r.to_string(),
+        })
+        .into_iter()
+        .collect()
+}
+
+/// Requests queued: the running gauge never reached the cell's concurrency.
+pub fn running_never_reached_n(v: &DecodeView, rules: &RuleSet) -> Vec<Evidence> {
+    let (q, n) = (&rules.queued, v.key.concurrency);
+    let Some(metric) = v.running.metric.filter(|_| !v.running.samples.is_empty()) else {
+        return Vec::new();
+    };
+    let max = v
+        .running
+        .samples
+        .iter()
+        .map(|s| s.value)
+        .fold(f64::MIN, f64::max);
+    if n >= q.min_concurrency && q.running_never_reached_n && max < f64::from(n) {
+        vec![Evidence::RunningNeverReachedN {
+            metric: metric.to_string(),
+            max,
+            concurrency: n,
+        }]
+    } else {
+        Vec::new()
+    }
+}
+
+/// Requests queued: the running gauge's mean stayed below a fraction of the concurrency.
+pub fn running_mean_below(v: &DecodeView, rules: &RuleSet) -> Vec<Evidence> {
+    let (q, n) = (&rules.queued, v.key.concurrency);
+    let (Some(metric), Some(mean)) = (v.running.metric, v.running.mean()) else {
+        return Vec::new();
+    };
+    match q.running_mean_below_fraction {
+        Some(frac) if n >= q.min_concurrency && mean < frac * f64::from(n) => {
+            vec![Evidence::RunningMeanBelow {
+                metric: metric.to_string(),
+                mean,
+                threshold: frac * f64::from(n),
+                samples: v.running.samples.len(),
+            }]
+        }
+        _ => Vec::new(),
+    }
+}
+
+/// Requests queued: the waiting gauge's mean was above the threshold.
+pub fn waiting_mean_above(v: &DecodeView, rules: &RuleSet) -> Vec<Evidence> {
+    let (Some(metric), Some(mean)) = (v.waiting.metric, v.waiting.mean()) else {
+        return Vec::new();
+    };
+    match rules.queued.waiting_mean_above {
+        Some(t) if mean > t => vec![Evidence::WaitingMeanAbove {
+            metric: metric.to_string(),
+            mean,
+            threshold: t,
+            samples: v.waiting.samples.len(),
+        }],
+        _ => Vec::new(),
+    }
+}
+
+/// Requests queued: a scrape saw the waiting gauge above the threshold.
+pub fn waiting_sample_above(v: &DecodeView, rules: &RuleSet) -> Vec<Evidence> {
+    let (Some(metric), Some(t)) = (v.waiting.metric, rules.queued.waiting_max_above) else {
+        return Vec::new();
+    };
+    let above: Vec<_> = v.waiting.samples.iter().filter(|s| s.value > t).collect();
+    above
+        .first()
+        .map(|first| Evidence::WaitingSampleAbove {
+            metric: metric.to_string(),
+            value: first.value,
+            threshold: t,
+            at_s: (first.start_ns - v.open) as f64 / 1e9,
+            samples_above: above.len(),
+            samples: v.waiting.samples.len(),
+        })
+        .into_iter()
+        .collect()
+}

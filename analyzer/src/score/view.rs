@@ -1,0 +1,199 @@
+//! The per-cell view: what the rules look at in one cell, gathered from the loaded run
+//! once — its streams with their token aggregates, the window, the events, the gauge
+//! samples inside the window, the recorder's lag and the repetitions in each text.
+
+use tokentrace_schemas::layout::CellKey;
+use tokentrace_schemas::tables::Role;
+
+use crate::load::{EventInfo, Loaded, RequestInfo, Sample, TokenAgg};
+use crate::loops::{self, Repetition};
+use crate::presets::Preset;
+use crate::rules::{Channel, RuleSet};
+
+/// One request with its token aggregates.
+#[derive(Debug, Clone, Copy)]
+pub struct Stream<'a> {
+    pub info: &'a RequestInfo,
+    pub tokens: TokenAgg,
+}
+
+/// A server gauge inside the window: its metric name (if the preset has one) and the
+/// scrapes taken wholly inside the window, in time order.
+#[derive(Debug)]
+pub struct Gauge<'a> {
+    pub metric: Option<&'a str>,
+    pub samples: Vec<&'a Sample>,
+}
+
+impl Gauge<'_> {
+    pub fn mean(&self) -> Option<f64> {
+        (!self.samples.is_empty())
+            .then(|| self.samples.iter().map(|s| s.value).sum::<f64>() / self.samples.len() as f64)
+    }
+}
+
+/// The repetitions found in one channel of one stream's text.
+#[derive(Debug)]
+pub struct Repeats<'a> {
+    pub stream: &'a RequestInfo,
+    pub channel: Channel,
+    pub text: &'a str,
+    pub found: Vec<Repetition>,
+}
+
+/// A prefill cell: its scout, if it has one.
+#[derive(Debug)]
+pub struct PrefillView<'a> {
+    pub key: CellKey,
+    pub scout: Option<Stream<'a>>,
+}
+
+impl<'a> PrefillView<'a> {
+    pub fn new(key: CellKey, loaded: &'a Loaded) -> Self {
+        let scout = requests(loaded, key)
+            .iter()
+            .find(|r| r.role == Role::Scout)
+            .map(|r| stream(loaded, r));
+        PrefillView { key, scout }
+    }
+}
+
+/// A decode cell with a measurement window.
+#[derive(Debug)]
+pub struct DecodeView<'a> {
+    pub key: CellKey,
+    /// `window_open` and `window_close`, ns.
+    pub open: i64,
+    pub close: i64,
+    /// The warm-up and measured streams, in recorded order.
+    pub streams: Vec<Stream<'a>>,
+    pub events: &'a [EventInfo],
+    pub running: Gauge<'a>,
+    pub waiting: Gauge<'a>,
+    /// The recorder's lag samples over the whole cell.
+    pub client_lag: &'a [Sample],
+    /// Gaps between consecutive token events inside the window, ns.
+    pub gaps: &'a [i64],
+    /// How long read chunks waited before the recorder parsed them, ns.
+    pub queue_delays: &'a [i64],
+    /// Repetitions of at least the shorter of the loop and suspect spans, per stream
+    /// and channel the loop rules look at.
+    pub repeats: Vec<Repeats<'a>>,
+}
+
+impl<'a> DecodeView<'a> {
+    /// The view of `key`, or `None` when the cell has no measurement window.
+    pub fn new(
+        key: CellKey,
+        loaded: &'a Loaded,
+        rules: &RuleSet,
+        preset: &'a Preset,
+    ) -> Option<Self> {
+        let &(open, close) = loaded.windows.get(&key)?;
+        let streams: Vec<Stream<'a>> = requests(loaded, key)
+            .iter()
+            .filter(|r| matches!(r.role, Role::Warmup | Role::Measured))
+            .map(|r| stream(loaded, r))
+            .collect();
+        let samples = loaded.samples.get(&key);
+        let series = |name: Option<&'a String>| samples.zip(name).and_then(|(s, n)| s.get(n));
+        let gauge = |name: &'a Option<String>| Gauge {
+            metric: name.as_deref(),
+            samples: series(name.as_ref())
+                .map(|v| {
+                    v.iter()
+                        .filter(|s| s.start_ns >= open && s.end_ns <= close)
+                        .collect()
+                })
+                .unwrap_or_default(),
+        };
+        let repeats = repeats(&streams, loaded, rules);
+        Some(DecodeView {
+            key,
+            open,
+            close,
+            events: loaded.events.get(&key).map(Vec::as_slice).unwrap_or(&[]),
+            running: gauge(&preset.running),
+            waiting: gauge(&preset.waiting),
+            client_lag: samples
+                .and_then(|s| s.get(tokentrace_schemas::protocol::CLIENT_LAG_METRIC))
+                .map(Vec::as_slice)
+                .unwrap_or(&[]),
+            gaps: loaded.gaps.get(&key).map(Vec::as_slice).unwrap_or(&[]),
+            queue_delays: loaded
+                .queue_delays
+                .get(&key)
+                .map(Vec::as_slice)
+                .unwrap_or(&[]),
+            streams,
+            repeats,
+        })
+    }
+
+    pub fn window_ns(&self) -> i64 {
+        self.close - self.open
+    }
+
+    /// Whether `t` falls inside the window (both ends included).
+    pub fn in_window(&self, t: i64) -> bool {
+        t >= self.open && t <= self.close
+    }
+}
+
+fn requests(loaded: &Loaded, key: CellKey) -> &[RequestInfo] {
+    loaded.requests.get(&key).map(Vec::as_slice).unwrap_or(&[])
+}
+
+fn stream<'a>(loaded: &Loaded, r: &'a RequestInfo) -> Stream<'a> {
+    Stream {
+        info: r,
+        tokens: loaded
+            .tokens
+            .get(&r.request_id)
+            .copied()
+            .unwrap_or_default(),
+    }
+}
+
+/// The repetition search over every text the loop rules look at.
+fn repeats<'a>(streams: &[Stream<'a>], loaded: &'a Loaded, rules: &RuleSet) -> Vec<Repeats<'a>> {
+    let l = &rules.looped;
+    let min_span = l.min_span_chars.min(l.suspect_min_span_chars) as usize;
+    let mut channels = l.channels.clone();
+    channels.sort();
+    channels.dedup();
+    let mut out = Vec::new();
+    for s in streams {
+        let r = s.info;
+        if r.role == Role::Warmup && !l.include_warmup {
+            continue;
+        }
+        let Some((content, reasoning)) = loaded.text.get(&r.request_id) else {
+            continue;
+        };
+        for &channel in &channels {
+            let text = match channel {
+                Channel::Content => content,
+                Channel::Reasoning => reasoning,
+            };
+            if text.len() < min_span {
+                continue; // fewer bytes than characters needed
+            }
+            let found = loops::repetitions(
+                &loops::chars(text, l.normalize_digits),
+                loops::Search {
+                    max_cycle: l.max_cycle_chars as usize,
+                    min_span,
+                    ignore_whitespace: l.ignore_whitespace_cycles,
+                },
+            );
+            out.push(Repeats {
+                stream: r,
+                channel,
+                text,
+                found,
+            });
+        }
+    }
+    out
+}

@@ -1,0 +1,95 @@
+//! The warning rules, one function each, from a decode cell's view and the rule set to
+//! what a reader should know that is not a verdict: suspected loops, missing server
+//! gauges, the recorder's own lag, and a drain that timed out.
+
+use tokentrace_schemas::protocol::Drain;
+use tokentrace_schemas::tables::EventKind;
+
+use super::measure::ms;
+use super::verdicts::suspect_in;
+use super::view::DecodeView;
+use crate::contract::Warning;
+use crate::rules::RuleSet;
+use crate::stats;
+
+/// A warning rule of decode cells.
+pub type DecodeWarning = fn(&DecodeView, &RuleSet) -> Vec<Warning>;
+
+/// Every decode warning rule, in the order their warnings are listed.
+pub const DECODE: [DecodeWarning; 4] = [
+    suspected_loops,
+    no_server_metrics,
+    client_lag,
+    drain_incomplete,
+];
+
+/// A text repeats itself, short of the loop thresholds but above the suspect ones.
+pub fn suspected_loops(v: &DecodeView, rules: &RuleSet) -> Vec<Warning> {
+    v.repeats
+        .iter()
+        .filter_map(|r| suspect_in(r, rules))
+        .map(Warning::SuspectedLoop)
+        .collect()
+}
+
+/// The server's running or waiting gauge has no scrape inside the window (or the preset
+/// names none): queueing was not judged from the server.
+pub fn no_server_metrics(v: &DecodeView, _: &RuleSet) -> Vec<Warning> {
+    let missing: Vec<String> = [
+        (&v.running, "requests running"),
+        (&v.waiting, "requests waiting"),
+    ]
+    .into_iter()
+    .filter(|(g, _)| g.metric.is_none() || g.samples.is_empty())
+    .map(|(g, what)| g.metric.unwrap_or(what).to_string())
+    .collect();
+    if missing.is_empty() {
+        Vec::new()
+    } else {
+        vec![Warning::NoServerMetrics { missing }]
+    }
+}
+
+/// The recorder was late on its ticks, or chunks waited to be parsed, beyond the limits.
+pub fn client_lag(v: &DecodeView, rules: &RuleSet) -> Vec<Warning> {
+    let tick_max = Some(
+        v.client_lag
+            .iter()
+            .filter(|s| s.end_ns > v.open && s.start_ns < v.close && !s.value.is_nan())
+            .map(|s| s.value * 1e3)
+            .fold(f64::NAN, f64::max),
+    )
+    .filter(|t| !t.is_nan());
+    let queue_p99 = (!v.queue_delays.is_empty())
+        .then(|| stats::sorted(v.queue_delays.iter().map(|x| ms(*x)).collect()))
+        .and_then(|d| stats::percentile(&d, 99.0, rules.stats.percentile));
+    let lag = &rules.client_lag;
+    if tick_max.is_some_and(|t| t > lag.tick_lateness_max_ms)
+        || queue_p99.is_some_and(|q| q > lag.queue_delay_p99_ms)
+    {
+        vec![Warning::ClientLag {
+            tick_lateness_max_ms: tick_max,
+            queue_delay_p99_ms: queue_p99,
+            tick_threshold_ms: lag.tick_lateness_max_ms,
+            queue_threshold_ms: lag.queue_delay_p99_ms,
+        }]
+    } else {
+        Vec::new()
+    }
+}
+
+/// The drain barrier after the cell timed out with requests still on the server. Only a
+/// timeout is evidence: without metrics there was nothing to check (that has its own
+/// warning).
+pub fn drain_incomplete(v: &DecodeView, _: &RuleSet) -> Vec<Warning> {
+    v.events
+        .iter()
+        .filter(|e| e.kind == EventKind::DrainEnd)
+        .find_map(|e| e.detail.as_deref().and_then(Drain::from_detail))
+        .filter(|d| matches!(d, Drain::TimedOut { .. }))
+        .map(|d| Warning::DrainIncomplete {
+            detail: d.to_string(),
+        })
+        .into_iter()
+        .collect()
+}
