@@ -4,7 +4,7 @@
 # and the hot-path benches. Run from the repository root: bash bench/all.sh
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
-cargo build --release --quiet -p tokentrace -p tokentrace-recorder --examples
+cargo build --release --quiet -p tokentrace -p tokentrace-recorder -p tokentrace-testkit --examples
 bin=${CARGO_TARGET_DIR:-target}/release
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT

@@ -4,7 +4,7 @@
 # `tokentrace rescore` (two rule sets) on it: wall time and peak RSS, three runs each.
 # Run from the repository root; builds the release binaries first.
 set -euo pipefail
-cargo build --release --quiet -p tokentrace -p tokentrace-schemas --example reference_matrix
+cargo build --release --quiet -p tokentrace -p tokentrace-testkit --example reference_matrix
 bin=${CARGO_TARGET_DIR:-target}/release
 run=$(mktemp -d)/reference-matrix
 trap 'rm -rf "$(dirname "$run")"' EXIT

@@ -1,6 +1,11 @@
 //! tokentrace analyzer: reads run folders with polars and recomputes the speed-test
 //! matrix under versioned rule sets: figures, verdicts with evidence, reports, diffs. It
 //! never talks to a server: the run folder is its only input.
+//!
+//! The map: [`run`] opens a folder and [`load`] reads its tables; [`rules`] and
+//! [`presets`] say how to judge; [`score()`] builds one view per cell and applies each
+//! rule; [`contract`] is the serialized result; [`figures`] is the one figure table that
+//! [`render`] (Markdown, CSV, JSON) and [`diff`] read.
 
 pub mod contract;
 pub mod diff;

@@ -6,16 +6,12 @@
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
 
-/// A cheap finalizer (SplitMix64's) for keys that are single integers (k-gram hashes,
-/// cycle lengths); std's SipHash costs more than the search itself.
+use tokentrace_schemas::rng::mix;
+
+/// A cheap hasher (SplitMix64's finalizer) for keys that are single integers (k-gram
+/// hashes, cycle lengths); std's SipHash costs more than the search itself.
 #[derive(Debug, Default)]
 struct Identity(u64);
-
-fn mix(mut z: u64) -> u64 {
-    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-    z ^ (z >> 31)
-}
 
 impl Hasher for Identity {
     fn finish(&self) -> u64 {

@@ -39,7 +39,7 @@ fn preset(engine: Engine) -> Preset {
 pub fn builtin(engine: &str) -> Option<Preset> {
     match engine {
         // The simulator exposes vLLM's names.
-        "tokentrace-sim" | "synthetic" => Some(preset(Engine::Vllm)),
+        "tokentrace-sim" => Some(preset(Engine::Vllm)),
         "none" => Some(Preset {
             name: "none".to_string(),
             ..Preset::default()

@@ -1,6 +1,8 @@
 //! tokentrace trace format v1: the one definition of what a run folder holds, shared by
 //! the recorder (which writes it) and the analyzer (which reads it). See `FORMAT.md`
-//! next to this crate for every table, column, unit and null rule.
+//! next to this crate for every table, column, unit and null rule; [`protocol`] holds
+//! what the two agree on beyond the tables (engine gauges, the client-lag series, typed
+//! event details). Test data lives in the unpublished `tokentrace-testkit`.
 
 pub mod clock;
 pub mod column;
@@ -12,7 +14,7 @@ pub mod protocol;
 pub mod raw;
 pub mod reader;
 pub mod redact;
-pub mod synth;
+pub mod rng;
 pub mod table;
 pub mod tables;
 pub mod verify;

@@ -5,7 +5,7 @@ use std::process::Command;
 use clap::Parser;
 use tokentrace::{Cli, Command as Sub, check};
 use tokentrace_schemas::layout::{CellKey, Phase};
-use tokentrace_schemas::synth;
+use tokentrace_testkit::synth;
 
 fn keys() -> Vec<CellKey> {
     vec![

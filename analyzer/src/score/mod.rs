@@ -1,6 +1,6 @@
 //! Scoring: a run and a rule set in, a [`Scoring`] out. Each complete cell is viewed
-//! once ([`view`]), measured ([`measure`]), and judged by the verdict rules
-//! ([`verdicts`]) and the warning rules ([`warnings`]), one function per rule.
+//! once (`view.rs`), measured (`measure.rs`), and judged by the verdict rules
+//! (`verdicts.rs`) and the warning rules (`warnings.rs`), one function per rule.
 
 mod measure;
 mod verdicts;

@@ -3,8 +3,8 @@
 use tokentrace_analyzer::{RuleSet, score_dir};
 use tokentrace_schemas::layout::{CellKey, Phase};
 use tokentrace_schemas::reader::read_table;
-use tokentrace_schemas::synth::{self, DecodeSpec};
 use tokentrace_schemas::tables::{Chunks, EndReason, EventKind, Events, Requests};
+use tokentrace_testkit::synth::{self, DecodeSpec};
 
 fn median(mut v: Vec<f64>) -> Option<f64> {
     if v.is_empty() {

@@ -4,8 +4,8 @@ use polars::prelude::*;
 use tokentrace_analyzer::{CellState, Error, Run};
 use tokentrace_schemas::layout::{CellKey, Phase};
 use tokentrace_schemas::reader::read_table;
-use tokentrace_schemas::synth;
 use tokentrace_schemas::tables::{Chunks, Events, Metrics, Requests};
+use tokentrace_testkit::synth;
 
 fn keys() -> Vec<CellKey> {
     vec![

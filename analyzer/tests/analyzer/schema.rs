@@ -3,7 +3,7 @@
 
 use tokentrace_analyzer::{RuleSet, render, score_dir};
 use tokentrace_schemas::layout::{CellKey, Phase};
-use tokentrace_schemas::synth::{self, DecodeSpec};
+use tokentrace_testkit::synth::{self, DecodeSpec};
 
 fn validator() -> jsonschema::Validator {
     let text = include_str!("../../schema/scoring.schema.json");

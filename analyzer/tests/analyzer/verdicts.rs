@@ -7,7 +7,7 @@ use tokentrace_analyzer::contract::{Evidence, Scoring, Verdict, Warning};
 use tokentrace_analyzer::rules::{Channel, parse};
 use tokentrace_analyzer::{RuleSet, score_dir};
 use tokentrace_schemas::layout::{CellKey, Phase};
-use tokentrace_schemas::synth::{self, DecodeSpec};
+use tokentrace_testkit::synth::{self, DecodeSpec};
 
 const CYCLE: &str = "and then the model says the very same sentence once again. ";
 

@@ -90,7 +90,7 @@ fn incomplete_cell_is_reported() {
     let err = CellMeta::read_complete(&cell).expect_err("no mark");
     assert!(matches!(err, Error::Missing { .. }), "{err:?}");
     let key = CellKey::new(Phase::Decode, 1, 1);
-    let mut meta = tokentrace_schemas::synth::manifest("r", &[key]);
+    let mut meta = tokentrace_testkit::synth::manifest("r", &[key]);
     meta.cells.clear();
     let mark = CellMeta {
         schema_version: 1,

@@ -15,7 +15,8 @@ use tokentrace_schemas::reader::read_table;
 use tokentrace_schemas::table::Table;
 use tokentrace_schemas::tables::*;
 use tokentrace_schemas::writer::TableWriter;
-use tokentrace_schemas::{SCHEMA_VERSION_KEY, TABLE_KEY, synth};
+use tokentrace_schemas::{SCHEMA_VERSION_KEY, TABLE_KEY};
+use tokentrace_testkit::synth;
 
 use crate::common::*;
 

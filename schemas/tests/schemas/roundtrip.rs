@@ -10,7 +10,8 @@ use tokentrace_schemas::reader::{open_table, read_table};
 use tokentrace_schemas::table::Table;
 use tokentrace_schemas::tables::*;
 use tokentrace_schemas::writer::{TableWriter, WriterLimits};
-use tokentrace_schemas::{CREATED_BY, SCHEMA_VERSION_KEY, TABLE_KEY, synth};
+use tokentrace_schemas::{CREATED_BY, SCHEMA_VERSION_KEY, TABLE_KEY};
+use tokentrace_testkit::synth;
 
 use crate::common::*;
 

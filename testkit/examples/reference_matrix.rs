@@ -6,7 +6,7 @@
 
 use std::process::ExitCode;
 
-use tokentrace_schemas::synth;
+use tokentrace_testkit::synth;
 
 fn run() -> Result<(), String> {
     let out = std::env::args()

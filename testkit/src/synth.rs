@@ -4,42 +4,19 @@
 
 use std::path::Path;
 
-use crate::error::Result;
-use crate::layout::{CellKey, Phase};
-use crate::manifest::{
+use tokentrace_schemas::error::Result;
+use tokentrace_schemas::layout::{CellKey, Phase};
+use tokentrace_schemas::manifest::{
     CellEntry, CellMeta, CellStatus, Clock, EngineInfo, Manifest, RunConfig, ServerCapabilities,
     Target, ToolInfo,
 };
-use crate::tables::{
+use tokentrace_schemas::protocol::Engine;
+use tokentrace_schemas::rng::Rng;
+use tokentrace_schemas::tables::{
     ChunkKind, ChunkRow, EndReason, Endpoint, EventKind, EventRow, MetricRow, MetricType,
     RequestRow, Role, canonical_labels,
 };
-use crate::writer::CellWriter;
-
-/// A small, fast, deterministic generator (SplitMix64); no dependency, same output everywhere.
-#[derive(Debug, Clone)]
-pub struct Rng(u64);
-
-impl Rng {
-    pub fn new(seed: u64) -> Self {
-        Rng(seed)
-    }
-    pub fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-    /// Uniform in [0, 1).
-    pub fn unit(&mut self) -> f64 {
-        (self.next_u64() >> 11) as f64 / (1u64 << 53) as f64
-    }
-    /// Uniform in [0, n).
-    pub fn below(&mut self, n: u64) -> u64 {
-        if n == 0 { 0 } else { self.next_u64() % n }
-    }
-}
+use tokentrace_schemas::writer::CellWriter;
 
 const SYLLABLES: [&str; 48] = [
     "the", "an", "in", "re", "er", "on", "at", "en", "ed", "is", "it", "ou", "ar", "st", "ing",
@@ -387,7 +364,7 @@ fn write_scrapes(w: &mut CellWriter, spec: &DecodeSpec, end_ns: i64) -> Result<(
                 metric_type: ty,
             })
         };
-        let vllm = crate::protocol::Engine::Vllm.series();
+        let vllm = Engine::Vllm.series();
         push(
             vllm.running,
             vllm.running,
@@ -434,7 +411,7 @@ fn write_scrapes(w: &mut CellWriter, spec: &DecodeSpec, end_ns: i64) -> Result<(
 /// A manifest for a synthetic run of the given cells (all complete).
 pub fn manifest(run_id: &str, cells: &[CellKey]) -> Manifest {
     Manifest {
-        schema_version: crate::SCHEMA_VERSION,
+        schema_version: tokentrace_schemas::SCHEMA_VERSION,
         tool: ToolInfo::current(),
         run_id: run_id.to_string(),
         clock: Clock {
@@ -446,9 +423,10 @@ pub fn manifest(run_id: &str, cells: &[CellKey]) -> Manifest {
             api_key: false,
         },
         model: "deepseek".to_string(),
+        // The synthetic scrapes carry vLLM's series names.
         engine: EngineInfo {
-            name: Some("synthetic".to_string()),
-            version: Some(crate::TOOL_VERSION.to_string()),
+            name: Some(Engine::Vllm.name().to_string()),
+            version: Some(format!("synthetic {}", tokentrace_schemas::TOOL_VERSION)),
             details: Default::default(),
         },
         hardware: None,
@@ -506,7 +484,7 @@ pub fn write_run(
     keys: &[CellKey],
     tokens_per_cell: u64,
 ) -> Result<Manifest> {
-    std::fs::create_dir_all(run).map_err(|e| crate::Error::io(run, e))?;
+    std::fs::create_dir_all(run).map_err(|e| tokentrace_schemas::Error::io(run, e))?;
     for key in keys {
         write_decode_cell(run, &DecodeSpec::new(*key, tokens_per_cell))?;
     }
@@ -599,7 +577,7 @@ pub const REFERENCE_TOKENS: [u64; 8] = [
 
 /// Writes a synthetic run the size of the reference matrix (81 cells, ~3.5 M tokens).
 pub fn write_reference_matrix(run: &Path, run_id: &str) -> Result<Manifest> {
-    std::fs::create_dir_all(run).map_err(|e| crate::Error::io(run, e))?;
+    std::fs::create_dir_all(run).map_err(|e| tokentrace_schemas::Error::io(run, e))?;
     let mut keys = Vec::new();
     for ctx in REFERENCE_CONTEXTS {
         let key = CellKey::new(Phase::Prefill, ctx, 1);

@@ -11,8 +11,8 @@ use std::process::ExitCode;
 use tokentrace_schemas::layout::{CellKey, Phase};
 use tokentrace_schemas::manifest::CellMeta;
 use tokentrace_schemas::reader::read_table;
-use tokentrace_schemas::synth;
 use tokentrace_schemas::tables::Chunks;
+use tokentrace_testkit::synth;
 
 fn parse_cell(s: &str) -> Result<CellKey, String> {
     let (ctx, conc) = s
