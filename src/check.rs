@@ -8,6 +8,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::Context;
+use tokentrace_schemas::column::StrEnum;
 use tokentrace_schemas::layout::list_cells;
 use tokentrace_schemas::manifest::{CellStatus, Manifest};
 use tokentrace_schemas::verify::verify_cell;
@@ -75,6 +76,19 @@ pub fn run(args: &CheckArgs, out: &mut impl Write) -> anyhow::Result<CheckSummar
         }
     }
     for entry in &manifest.cells {
+        if entry.status != CellStatus::Complete && !present.contains(&entry.key()) {
+            writeln!(
+                out,
+                "{:<7} {}{}",
+                entry.status.as_str(),
+                entry.key(),
+                entry
+                    .reason
+                    .as_deref()
+                    .map(|r| format!(": {r}"))
+                    .unwrap_or_default()
+            )?;
+        }
         if entry.status == CellStatus::Complete && !present.contains(&entry.key()) {
             missing += 1;
             writeln!(

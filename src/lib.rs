@@ -25,7 +25,9 @@ pub enum Command {
     /// and every raw frame. Exits 1 when any cell is incomplete or damaged.
     Check(check::CheckArgs),
     /// Record a context × concurrency matrix (the built-in simulator when no --target is
-    /// given), then verify the run folder.
+    /// given), then verify the run folder. Exits 0 when every cell is complete, 1 when a
+    /// cell failed (or the folder is unsound), 2 on a bad command line, 3 when cells were
+    /// skipped, 130 on Ctrl-C.
     Record(Box<RecordCmd>),
     /// Score a run folder under a rule set and print the speed-test matrix (Markdown in
     /// the reference layout, JSON or CSV). Exits 1 when a cell folder could not be scored.
@@ -56,7 +58,9 @@ pub struct RecordCmd {
     pub sim_profile: String,
 }
 
-/// Runs a parsed command line; the exit code says whether the run folder is sound.
+/// Runs a parsed command line; the exit code says whether the run folder is sound. A
+/// command line that cannot run is an `Err` holding a
+/// [`UsageError`](tokentrace_recorder::cli::UsageError): exit code 2.
 pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
         Command::Check(args) => Ok(check::run(&args, &mut std::io::stdout().lock())?.exit_code()),
@@ -73,6 +77,10 @@ fn record(cmd: &RecordCmd) -> anyhow::Result<ExitCode> {
     use anyhow::Context;
     use tokentrace_recorder::cli::{self, Outcome};
     let args = &cmd.args;
+    // Every option is checked before the simulator starts or a file is written.
+    for note in args.check()? {
+        eprintln!("{note}");
+    }
     let rt = tokio::runtime::Runtime::new().context("cannot start the async runtime")?;
     let outcome = match &args.target {
         Some(t) => cli::run_at(args, t, &rt),
@@ -107,7 +115,13 @@ fn record(cmd: &RecordCmd) -> anyhow::Result<ExitCode> {
             let check = check::CheckArgs {
                 run: args.out.clone(),
             };
-            Ok(check::run(&check, &mut std::io::stdout().lock())?.exit_code())
+            let sound = check::run(&check, &mut std::io::stdout().lock())?;
+            if !sound.sound() {
+                return Ok(sound.exit_code());
+            }
+            let (code, line) = cli::finished(&m);
+            line.iter().for_each(|l| eprintln!("{l}"));
+            Ok(ExitCode::from(code))
         }
     }
 }

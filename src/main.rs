@@ -10,7 +10,13 @@ fn main() -> ExitCode {
         Ok(code) => code,
         Err(e) => {
             eprintln!("tokentrace: {e:#}");
-            ExitCode::FAILURE
+            if e.downcast_ref::<tokentrace_recorder::cli::UsageError>()
+                .is_some()
+            {
+                ExitCode::from(2)
+            } else {
+                ExitCode::FAILURE
+            }
         }
     }
 }

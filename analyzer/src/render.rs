@@ -114,6 +114,12 @@ fn markdown(s: &Scoring) -> String {
         let _ = write!(subtitle, " · prefill at {}", at.join(", "));
     }
     let _ = writeln!(o, "{subtitle}\n");
+    if s.cells.iter().all(|c| c.verdict.is_none()) {
+        let _ = writeln!(
+            o,
+            "Nothing was measured: no cell of this run was recorded (the Notes say why).\n"
+        );
+    }
 
     let described: Vec<(&String, &String)> = r
         .engine_details

@@ -92,12 +92,109 @@ pub struct RecordArgs {
     pub api_key_file: Option<PathBuf>,
 }
 
+/// A command line that cannot be recorded: one line, exit code 2, nothing written.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct UsageError(pub String);
+
+/// The base URL a target names: `http://` added when it has no scheme, a trailing `/v1`
+/// (the OpenAI path prefix, which the recorder adds itself) and slashes removed. Returns
+/// the URL and, when it changed, a note saying how.
+pub fn normalize_target(target: &str) -> Result<(String, Option<String>), UsageError> {
+    let given = target.trim();
+    if given.is_empty() {
+        return Err(UsageError("--target is empty".to_string()));
+    }
+    let mut url = if given.contains("://") {
+        given.to_string()
+    } else {
+        format!("http://{given}")
+    };
+    let parsed = reqwest::Url::parse(&url)
+        .map_err(|e| UsageError(format!("--target `{given}`: not a URL ({e})")))?;
+    if !matches!(parsed.scheme(), "http" | "https") {
+        return Err(UsageError(format!(
+            "--target `{given}`: scheme `{}` is not http or https",
+            parsed.scheme()
+        )));
+    }
+    if parsed.host_str().is_none_or(str::is_empty) {
+        return Err(UsageError(format!("--target `{given}`: no host")));
+    }
+    if parsed.query().is_some() || parsed.fragment().is_some() {
+        return Err(UsageError(format!(
+            "--target `{given}`: give the server's base URL, without a query or fragment"
+        )));
+    }
+    while url.ends_with('/') {
+        url.pop();
+    }
+    if let Some(base) = url.strip_suffix("/v1") {
+        url = base.trim_end_matches('/').to_string();
+    }
+    let note = (url != given).then(|| format!("--target `{given}`: recording {url}"));
+    Ok((url, note))
+}
+
 /// The demo matrix recorded against the built-in simulator when no matrix option is given.
 pub const DEMO_CONTEXTS: [u32; 2] = [8192, 32768];
 pub const DEMO_CONCURRENCY: [u32; 3] = [1, 8, 32];
 pub const DEMO_WINDOW: Duration = Duration::from_secs(5);
 
 impl RecordArgs {
+    /// Checks every option before any request is sent or file written: durations and
+    /// max tokens above zero, a matrix with something in it, a target that is an
+    /// http(s) URL, and an --out that is new (or resumed). Returns notes to print (a
+    /// target that was normalized).
+    pub fn check(&self) -> Result<Vec<String>, UsageError> {
+        let mut notes = Vec::new();
+        let durations = [
+            ("--duration", self.duration),
+            ("--metrics-interval", Some(self.metrics_interval)),
+            ("--stall-timeout", Some(self.stall_timeout)),
+            ("--warmup-timeout", Some(self.warmup_timeout)),
+            ("--drain-timeout", Some(self.drain_timeout)),
+        ];
+        for (name, d) in durations {
+            if d.is_some_and(|d| d.is_zero()) {
+                return Err(UsageError(format!(
+                    "{name} 0s: it must be longer than zero"
+                )));
+            }
+        }
+        if self.max_tokens == 0 {
+            return Err(UsageError(
+                "--max-tokens 0: each decode request must ask for at least one token".to_string(),
+            ));
+        }
+        if self.contexts.as_ref().is_some_and(Vec::is_empty) {
+            return Err(UsageError(
+                "--contexts is empty: give at least one context length (e.g. 8K,32K)".to_string(),
+            ));
+        }
+        if self.concurrency.as_ref().is_some_and(Vec::is_empty) {
+            return Err(UsageError(
+                "--concurrency is empty: give at least one level (e.g. 1,8,32)".to_string(),
+            ));
+        }
+        if let Some(t) = &self.target {
+            notes.extend(normalize_target(t)?.1);
+        }
+        if self.out.exists() && !self.resume {
+            return Err(UsageError(format!(
+                "--out {}: already exists; give a new folder, or --resume to finish it",
+                self.out.display()
+            )));
+        }
+        if self.out.exists() && !self.out.is_dir() {
+            return Err(UsageError(format!(
+                "--out {}: not a folder",
+                self.out.display()
+            )));
+        }
+        Ok(notes)
+    }
+
     /// Options for a target (`target` replaces a missing --target).
     pub fn options(&self, target: &str) -> Result<RecordOptions, String> {
         let demo = self.target.is_none()
@@ -125,7 +222,7 @@ impl RecordArgs {
             None => None,
         };
         Ok(RecordOptions {
-            target: target.to_string(),
+            target: normalize_target(target).map_err(|e| e.0)?.0,
             out: self.out.clone(),
             model: self.model.clone(),
             endpoint: self.endpoint,
@@ -170,6 +267,47 @@ pub enum Outcome {
     Done(Box<Manifest>),
     /// Ctrl-C: the cell in flight was not committed; `--resume` finishes the run.
     Interrupted,
+}
+
+/// How a finished run ends for the shell: 0 when every cell is complete, 1 when any cell
+/// failed, 3 when some were skipped and none failed; with a line naming them.
+pub fn finished(m: &Manifest) -> (u8, Option<String>) {
+    use tokentrace_schemas::manifest::CellStatus;
+    let count = |s: CellStatus| m.cells.iter().filter(|c| c.status == s).count();
+    let (failed, skipped) = (count(CellStatus::Failed), count(CellStatus::Skipped));
+    let total = m.cells.len();
+    let first = |s: CellStatus| {
+        m.cells
+            .iter()
+            .find(|c| c.status == s)
+            .map(|c| {
+                format!(
+                    "{}: {}",
+                    c.key(),
+                    c.reason.as_deref().unwrap_or("no reason")
+                )
+            })
+            .unwrap_or_default()
+    };
+    if failed > 0 {
+        (
+            1,
+            Some(format!(
+                "{failed} of {total} cells failed (first: {})",
+                first(CellStatus::Failed)
+            )),
+        )
+    } else if skipped > 0 {
+        (
+            3,
+            Some(format!(
+                "{skipped} of {total} cells skipped (first: {})",
+                first(CellStatus::Skipped)
+            )),
+        )
+    } else {
+        (0, None)
+    }
 }
 
 /// Runs a recording of `--target` on `rt`. The slim recorder has no simulator: without a
@@ -312,5 +450,31 @@ fn mark_interrupted(run: &std::path::Path) {
     }
     if changed && let Err(e) = m.write(run) {
         eprintln!("could not mark the interrupted cell in the manifest: {e}");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn targets_are_normalized_or_refused() {
+        let ok = |t: &str| normalize_target(t).map(|(u, _)| u).map_err(|e| e.0);
+        assert_eq!(
+            ok("http://127.0.0.1:8000").as_deref(),
+            Ok("http://127.0.0.1:8000")
+        );
+        assert_eq!(ok("localhost:8000").as_deref(), Ok("http://localhost:8000"));
+        assert_eq!(
+            ok("https://h.example/v1/").as_deref(),
+            Ok("https://h.example")
+        );
+        assert_eq!(ok("http://h:1/serve/v1").as_deref(), Ok("http://h:1/serve"));
+        assert!(normalize_target("http://h:1").expect("ok").1.is_none());
+        assert!(normalize_target("h:1").expect("ok").1.is_some(), "a note");
+        assert!(ok("ftp://h").is_err_and(|e| e.contains("ftp")));
+        assert!(ok("http://h/?x=1").is_err());
+        assert!(ok("").is_err());
+        assert!(ok("http://").is_err());
     }
 }

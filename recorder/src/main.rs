@@ -15,6 +15,13 @@ struct Cli {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    match cli.args.check() {
+        Ok(notes) => notes.iter().for_each(|n| eprintln!("{n}")),
+        Err(e) => {
+            eprintln!("tokentrace-record: {e}");
+            return ExitCode::from(2);
+        }
+    }
     let rt = match tokio::runtime::Runtime::new() {
         Ok(rt) => rt,
         Err(e) => {
@@ -27,7 +34,9 @@ fn main() -> ExitCode {
     match outcome {
         Ok(Outcome::Done(m)) => {
             eprintln!("run {} recorded in {}", m.run_id, cli.args.out.display());
-            ExitCode::SUCCESS
+            let (code, line) = cli::finished(&m);
+            line.iter().for_each(|l| eprintln!("{l}"));
+            ExitCode::from(code)
         }
         Ok(Outcome::Interrupted) => {
             eprintln!("interrupted: the cell in flight was not committed; finish with --resume");

@@ -187,6 +187,16 @@ pub async fn record(
     opts: &RecordOptions,
     mut progress: impl FnMut(Progress),
 ) -> Result<Manifest, RecordError> {
+    // A resumed folder without a manifest was stopped before anything was recorded in
+    // it: the run starts afresh there.
+    let resume = opts.resume
+        && opts
+            .out
+            .join(tokentrace_schemas::layout::MANIFEST_FILE)
+            .exists();
+    if !opts.resume && opts.out.exists() {
+        return Err(RecordError::Exists(opts.out.clone()));
+    }
     let client = http_client(opts.api_key.as_deref())?;
     let transport = Arc::new(
         Transport::new(
@@ -215,7 +225,7 @@ pub async fn record(
             .map_or("unknown".to_string(), |m| m.to_string()),
         info.capabilities.token_counting.as_deref().unwrap_or("?"),
     )));
-    let mut manifest = if opts.resume {
+    let mut manifest = if resume {
         let m = Manifest::read(&opts.out)?;
         if m.model != info.model {
             return Err(RecordError::Resume(
@@ -228,9 +238,6 @@ pub async fn record(
         }
         m
     } else {
-        if opts.out.exists() {
-            return Err(RecordError::Exists(opts.out.clone()));
-        }
         std::fs::create_dir_all(&opts.out)
             .map_err(|e| tokentrace_schemas::Error::io(&opts.out, e))?;
         let mut engine = info.engine.clone();

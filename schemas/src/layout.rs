@@ -116,8 +116,12 @@ pub fn table_file<T: Table>() -> String {
 
 /// Every committed cell folder under `run/cells`, sorted by key (deterministic order).
 /// A folder without a cell.json is still listed: the caller decides what incomplete means.
+/// A run without a `cells` folder has no cells (every cell skipped, or none recorded yet).
 pub fn list_cells(run: &Path) -> Result<Vec<(CellKey, PathBuf)>> {
     let cells = run.join(CELLS_DIR);
+    if !cells.exists() {
+        return Ok(Vec::new());
+    }
     if !cells.is_dir() {
         return Err(Error::Missing {
             path: cells,

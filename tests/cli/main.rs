@@ -1,5 +1,6 @@
 //! End-to-end tests of the `tokentrace` command line, one binary:
 //! - `check`: a sound run passes; damaged, incomplete and missing cells are named and fail;
+//! - `inputs`: bad command lines exit 2 before anything is written; an all-skipped run is a valid folder;
 //! - `llamacpp`: a real llama.cpp server recorded over both endpoints and analyzed;
 //! - `record`: recording the simulator: ground truth agrees, a killed run resumes, no secret on disk;
 //! - `reparse`: golden runs and a faulty run re-derived row for row from their raw
@@ -11,6 +12,7 @@
 //! - `sim`: the simulator subcommand starts, says where it listens, serves, and refuses bad profiles.
 
 mod check;
+mod inputs;
 mod llamacpp;
 mod record;
 mod reparse;
