@@ -14,10 +14,11 @@ use tokentrace_schemas::protocol::{Drain, Engine, EngineSeries, LagStat, Readine
 use tokentrace_schemas::tables::{Endpoint, EventKind, EventRow, MetricRow, MetricType, Role};
 use tokentrace_schemas::writer::CellWriter;
 use tokentrace_schemas::{CellKey, Phase};
-use tokio::sync::{mpsc, oneshot, watch};
+use tokio::sync::{Notify, mpsc, oneshot, watch};
 
 use crate::client::{self, Lane, Record, RequestSpec, RunCtl, TokenCounting};
 use crate::http::Transport;
+use crate::pace::{AfterRefusal, GaveUp, Pacer};
 use crate::scrape;
 
 /// Records queued between request tasks and the cell's writer: the bound on memory.
@@ -43,6 +44,9 @@ pub enum CellError {
     /// The cell was stopped before it ended (Ctrl-C); nothing was committed.
     #[error("the cell was interrupted before it ended; it was not committed")]
     Abandoned,
+    /// The server turned away too many requests in a row; nothing was committed.
+    #[error("{}", .0.message)]
+    Refused(GaveUp),
 }
 
 /// Everything a cell needs that the whole run shares.
@@ -86,6 +90,10 @@ struct Cell {
     plan: CellPlan,
     tx: mpsc::Sender<Record>,
     next_id: AtomicI64,
+    /// Refusals of the cell's requests and the backoff they impose.
+    pacer: Pacer,
+    /// Told once when the pacer gives up.
+    gave_up: Notify,
 }
 
 impl Cell {
@@ -288,6 +296,8 @@ async fn start(
         plan: plan.clone(),
         tx,
         next_id: AtomicI64::new(plan.first_request_id),
+        pacer: Pacer::new(),
+        gave_up: Notify::new(),
     });
     cell.event(EventKind::CellStart, None, Some(plan.key.to_string()))
         .await;
@@ -297,10 +307,60 @@ async fn start(
     Ok((cell, handle))
 }
 
+/// Ends a cell the server refused: nothing is committed, and the error says why.
+async fn give_up(
+    cell: Arc<Cell>,
+    handle: tokio::task::JoinHandle<Result<CellMeta, CellError>>,
+    why: GaveUp,
+) -> Result<CellMeta, CellError> {
+    drop(cell);
+    let _ = handle.await;
+    Err(CellError::Refused(why))
+}
+
+impl Cell {
+    /// Waits for this request's turn while refusals are in progress; false when the
+    /// cell gave up or `stop` turned true first.
+    async fn paced(&self, stop: &mut watch::Receiver<bool>) -> bool {
+        if let Some(at) = self.pacer.turn() {
+            tokio::select! {
+                () = tokio::time::sleep_until(at.into()) => {}
+                _ = stop.wait_for(|s| *s) => return false,
+            }
+        }
+        self.pacer.gave_up().is_none()
+    }
+
+    /// Tells the pacer how a request went; false when the cell gives up.
+    fn account(&self, ran: &client::Ran) -> bool {
+        match &ran.refused {
+            Some(r) => match self.pacer.refused(r.clone()) {
+                AfterRefusal::Retry => true,
+                AfterRefusal::GiveUp(_) => {
+                    self.gave_up.notify_one();
+                    false
+                }
+            },
+            None => {
+                if ran.produced {
+                    self.pacer.served();
+                }
+                true
+            }
+        }
+    }
+}
+
 async fn finish(
     cell: Arc<Cell>,
     handle: tokio::task::JoinHandle<Result<CellMeta, CellError>>,
 ) -> Result<CellMeta, CellError> {
+    let (refused, last) = cell.pacer.refusals();
+    if let Some(last) = last {
+        let detail =
+            format!("refusals: {refused} requests turned away before streaming (last: {last})");
+        cell.event(EventKind::Note, None, Some(detail)).await;
+    }
     cell.event(EventKind::CellEnd, None, None).await;
     let _ = cell.tx.send(Record::Commit).await;
     drop(cell);
@@ -316,16 +376,30 @@ pub async fn record_prefill(
     debug_assert_eq!(plan.key.phase, Phase::Prefill);
     let (cell, handle) = start(ctx, plan, run).await?;
     cell.scrape_once().await;
-    let spec = cell.spec(None, Role::Scout, &plan.scout_body, SCOUT_MAX_TOKENS);
     let (_cancel_tx, cancel) = watch::channel(false);
-    let ctl = RunCtl {
-        counting: ctx.counting,
-        stall_timeout: ctx.stall_timeout,
-        cancel,
-        first_token: None,
-    };
     let mut lane = Lane::new(ctx.transport.clone());
-    client::run(&mut lane, &spec, ctl, &ctx.clock, &cell.tx).await;
+    // A refused scout is sent again after the backoff, until it streams or the cell
+    // gives up.
+    loop {
+        let mut never = cancel.clone();
+        if !cell.paced(&mut never).await {
+            break;
+        }
+        let spec = cell.spec(None, Role::Scout, &plan.scout_body, SCOUT_MAX_TOKENS);
+        let ctl = RunCtl {
+            counting: ctx.counting,
+            stall_timeout: ctx.stall_timeout,
+            cancel: cancel.clone(),
+            first_token: None,
+        };
+        let ran = client::run(&mut lane, &spec, ctl, &ctx.clock, &cell.tx).await;
+        if !cell.account(&ran) || ran.refused.is_none() {
+            break;
+        }
+    }
+    if let Some(why) = cell.pacer.gave_up() {
+        return give_up(cell, handle, why).await;
+    }
     cell.scrape_once().await;
     finish(cell, handle).await
 }
@@ -372,7 +446,11 @@ pub async fn record_decode(
             let mut first = Some(first_tx);
             // The worker's connection, kept alive from one request to the next.
             let mut lane = Lane::new(cell.ctx.transport.clone());
+            let mut stop = cancel.clone();
             while !closed.load(Ordering::Acquire) {
+                if !cell.paced(&mut stop).await {
+                    break;
+                }
                 let role = if open.load(Ordering::Acquire) {
                     Role::Measured
                 } else {
@@ -386,25 +464,53 @@ pub async fn record_decode(
                     cancel: cancel.clone(),
                     first_token: first.take(),
                 };
-                client::run(&mut lane, &spec, ctl, &cell.ctx.clock, &cell.tx).await;
+                let mut ran = client::run(&mut lane, &spec, ctl, &cell.ctx.clock, &cell.tx).await;
+                // Readiness waits for a token: a request without one hands it on.
+                first = first.or(ran.first_token.take());
+                if !cell.account(&ran) {
+                    break;
+                }
             }
         }));
     }
-    // Readiness: every stream has produced a token (or the warm-up timed out).
-    let all_ready =
-        tokio::time::timeout(ctx.warmup_timeout, futures_util::future::join_all(ready)).await;
+    // Readiness: every stream has produced a token (or the warm-up timed out, or the
+    // server refused so often that the cell gives up).
+    let timeout_ns = i64::try_from(ctx.warmup_timeout.as_nanos()).unwrap_or(i64::MAX);
+    let all_ready = tokio::select! {
+        r = tokio::time::timeout(ctx.warmup_timeout, futures_util::future::join_all(ready)) => Some(r),
+        () = cell.gave_up.notified() => None,
+    };
     let readiness = match all_ready {
-        Ok(_) => Readiness::Ready,
-        Err(_) => Readiness::NotReady {
-            timeout_ns: Some(i64::try_from(ctx.warmup_timeout.as_nanos()).unwrap_or(i64::MAX)),
+        Some(Ok(tokens)) if tokens.iter().all(Result::is_ok) => Readiness::Ready,
+        Some(Ok(_)) => Readiness::NotReady { timeout_ns: None },
+        Some(Err(_)) => Readiness::NotReady {
+            timeout_ns: Some(timeout_ns),
         },
+        None => {
+            window_closed.store(true, Ordering::Release);
+            let _ = cancel_tx.send(true);
+            for w in workers {
+                let _ = w.await;
+            }
+            let _ = stop_tx.send(true);
+            let _ = scraper.await;
+            let _ = tick.await;
+            let why = cell.pacer.gave_up().unwrap_or(GaveUp {
+                message: "the server refused too many requests".to_string(),
+                permanent: false,
+            });
+            return give_up(cell, handle, why).await;
+        }
     };
     let detail = readiness.to_detail();
     cell.event(EventKind::WarmupEnd, None, Some(detail)).await;
     cell.scrape_once().await;
     cell.event(EventKind::WindowOpen, None, None).await;
     window_open.store(true, Ordering::Release);
-    tokio::time::sleep(plan.window).await;
+    tokio::select! {
+        () = tokio::time::sleep(plan.window) => {}
+        () = cell.gave_up.notified() => {}
+    }
     window_closed.store(true, Ordering::Release);
     cell.event(EventKind::WindowClose, None, None).await;
     let _ = cancel_tx.send(true);
@@ -437,5 +543,8 @@ pub async fn record_decode(
     let _ = stop_tx.send(true);
     let _ = scraper.await;
     let _ = tick.await;
+    if let Some(why) = cell.pacer.gave_up() {
+        return give_up(cell, handle, why).await;
+    }
     finish(cell, handle).await
 }

@@ -10,7 +10,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use tokentrace_schemas::clock::RunClock;
-use tokentrace_schemas::tables::{ChunkRow, Endpoint, EventKind, EventRow, RequestRow, Role};
+use tokentrace_schemas::tables::{
+    ChunkRow, EndReason, Endpoint, EventKind, EventRow, RequestRow, Role,
+};
 use tokentrace_wire::{Assembler, End};
 use tokio::sync::{mpsc, oneshot, watch};
 
@@ -62,6 +64,46 @@ pub struct RunCtl {
     pub cancel: watch::Receiver<bool>,
     /// Told the arrival time of the first token.
     pub first_token: Option<oneshot::Sender<i64>>,
+}
+
+/// A request the server turned away before streaming a token: an HTTP error status, or
+/// no answer at all (connection refused or closed).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Refusal {
+    /// The HTTP status, when the server answered.
+    pub status: Option<u16>,
+    /// The server's message (its error body), or why no answer came.
+    pub message: String,
+}
+
+impl Refusal {
+    /// Whether sending the same request again cannot succeed: a 4xx other than 408
+    /// (timeout) and 429 (too many requests) says the request itself is wrong.
+    pub fn permanent(&self) -> bool {
+        self.status
+            .is_some_and(|s| (400..500).contains(&s) && s != 408 && s != 429)
+    }
+}
+
+impl std::fmt::Display for Refusal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.status {
+            Some(s) => write!(f, "HTTP {s}: {}", self.message),
+            None => f.write_str(&self.message),
+        }
+    }
+}
+
+/// How a request went, for the worker that sent it.
+#[derive(Debug)]
+pub struct Ran {
+    /// The readiness sender, given back when no token arrived (the next request of the
+    /// worker carries it on).
+    pub first_token: Option<oneshot::Sender<i64>>,
+    /// Set when the server turned the request away before any token.
+    pub refused: Option<Refusal>,
+    /// Whether the request streamed at least one token.
+    pub produced: bool,
 }
 
 /// A closed-loop worker's way to the server: its transport and the connection it keeps
@@ -157,7 +199,7 @@ pub async fn run(
     ctl: RunCtl,
     clock: &RunClock,
     out: &mpsc::Sender<Record>,
-) {
+) -> Ran {
     let RunCtl {
         counting,
         stall_timeout,
@@ -245,7 +287,7 @@ pub async fn run(
             }
         }
     };
-    req.finish(end).await;
+    req.finish(end).await
 }
 
 /// One request's state while it runs.
@@ -386,10 +428,28 @@ impl Req<'_> {
         r.map_err(|e| e.to_string())
     }
 
-    async fn finish(self, end: End) {
+    async fn finish(self, end: End) -> Ran {
         let mut chunks = Vec::new();
         let end_ns = self.clock.now_ns();
+        let cancelled = matches!(end, End::Cancelled);
+        let no_token = self.asm.first_token_ns().is_none();
         let row = self.asm.finish(end, end_ns, &mut chunks);
+        let refused = (no_token
+            && !cancelled
+            && matches!(
+                row.end_reason,
+                EndReason::HttpError | EndReason::StreamError | EndReason::Disconnect
+            ))
+        .then(|| Refusal {
+            status: row.http_status.and_then(|s| u16::try_from(s).ok()),
+            message: row
+                .error
+                .as_deref()
+                .unwrap_or("no answer")
+                .chars()
+                .take(300)
+                .collect(),
+        });
         if !chunks.is_empty() {
             let _ = self
                 .out
@@ -402,6 +462,11 @@ impl Req<'_> {
                 .await;
         }
         let _ = self.out.send(Record::Request(Box::new(row))).await;
+        Ran {
+            first_token: self.first_token,
+            refused,
+            produced: !no_token,
+        }
     }
 }
 

@@ -7,6 +7,7 @@ pub mod cell;
 pub mod cli;
 pub mod client;
 pub mod http;
+pub mod pace;
 pub mod probe;
 pub mod prompt;
 pub mod runner;

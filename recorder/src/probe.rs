@@ -137,13 +137,7 @@ pub async fn probe(
     let entry = list
         .iter()
         .find(|m| m["id"].as_str() == Some(model.as_str()));
-    let max_model_len = entry
-        .and_then(|m| {
-            m["max_model_len"]
-                .as_u64()
-                .or_else(|| m["meta"]["n_ctx_train"].as_u64())
-        })
-        .and_then(|v| u32::try_from(v).ok());
+    let (max_model_len, max_model_len_source) = context_limit(client, base, entry.copied()).await;
 
     let mut engine = EngineInfo::default();
     if let Ok(v) = get_json(client, &join(base, "/version")).await {
@@ -259,6 +253,7 @@ pub async fn probe(
             metrics: Some(metrics_ok),
             tokenize,
             max_model_len,
+            max_model_len_source,
             token_counting: Some(counting.as_str().to_string()),
         },
         model,
@@ -268,6 +263,52 @@ pub async fn probe(
         metrics_url: metrics_ok.then_some(metrics_url),
         probe_records: records,
     })
+}
+
+/// The longest request (prompt + output) the server accepts, in tokens, and where that
+/// came from. vLLM and SGLang list `max_model_len` with the model; llama.cpp gives each
+/// slot its share of the context (`meta.n_ctx`, or `/props`), which is less than the
+/// model's `n_ctx_train` whenever it runs several slots; TGI says `max_total_tokens` in
+/// `/info`. The model's training context is the last resort.
+async fn context_limit(
+    client: &reqwest::Client,
+    base: &str,
+    entry: Option<&Value>,
+) -> (Option<u32>, Option<String>) {
+    let found = |v: &Value, source: &str| {
+        v.as_u64()
+            .and_then(|v| u32::try_from(v).ok())
+            .filter(|v| *v > 0)
+            .map(|v| (v, source.to_string()))
+    };
+    let listed = entry.and_then(|m| {
+        found(&m["max_model_len"], "max_model_len")
+            .or_else(|| found(&m["meta"]["n_ctx"], "llama.cpp per-slot n_ctx"))
+    });
+    let asked = match listed {
+        Some(l) => Some(l),
+        None => {
+            let props = get_json(client, &join(base, "/props")).await.ok();
+            let info = get_json(client, &join(base, "/info")).await.ok();
+            props
+                .and_then(|p| {
+                    found(
+                        &p["default_generation_settings"]["n_ctx"],
+                        "llama.cpp per-slot n_ctx",
+                    )
+                })
+                .or_else(|| {
+                    info.and_then(|i| found(&i["max_total_tokens"], "TGI max_total_tokens"))
+                })
+                .or_else(|| {
+                    entry.and_then(|m| found(&m["meta"]["n_ctx_train"], "llama.cpp n_ctx_train"))
+                })
+        }
+    };
+    match asked {
+        Some((v, s)) => (Some(v), Some(s)),
+        None => (None, None),
+    }
 }
 
 /// The JSON answer of `POST base/path` with `body`; `None` on any failure or non-2xx.

@@ -81,16 +81,17 @@ pub enum RecordError {
     Client(String),
 }
 
-fn cell_list(opts: &RecordOptions, max_model_len: Option<u32>) -> Vec<CellEntry> {
+fn cell_list(opts: &RecordOptions, limit: Option<u32>, source: Option<&str>) -> Vec<CellEntry> {
     let mut cells = Vec::new();
     for &ctx in &opts.contexts {
-        let fits = max_model_len
-            .is_none_or(|m| u64::from(ctx) + u64::from(opts.max_tokens) <= u64::from(m));
+        let fits =
+            limit.is_none_or(|m| u64::from(ctx) + u64::from(opts.max_tokens) <= u64::from(m));
         let reason = (!fits).then(|| {
             format!(
-                "context {ctx} + max tokens {} exceeds the server's max_model_len {}",
+                "context {ctx} + max tokens {} exceeds the server's {} {}",
                 opts.max_tokens,
-                max_model_len.unwrap_or(0)
+                source.unwrap_or("max_model_len"),
+                limit.unwrap_or(0)
             )
         });
         let status = if fits {
@@ -217,12 +218,15 @@ pub async fn record(
     )
     .await?;
     progress(Progress::Line(format!(
-        "server: model {} · engine {} {} · max_model_len {} · tokens counted by {}",
+        "server: model {} · engine {} {} · longest request {} · tokens counted by {}",
         info.model,
         info.engine.name.as_deref().unwrap_or("unknown"),
         info.engine.version.as_deref().unwrap_or(""),
-        info.max_model_len
-            .map_or("unknown".to_string(), |m| m.to_string()),
+        match (info.max_model_len, &info.capabilities.max_model_len_source) {
+            (Some(m), Some(s)) => format!("{m} ({s})"),
+            (Some(m), None) => m.to_string(),
+            _ => "unknown".to_string(),
+        },
         info.capabilities.token_counting.as_deref().unwrap_or("?"),
     )));
     let mut manifest = if resume {
@@ -277,7 +281,11 @@ pub async fn record(
                 stall_timeout_ns: i64::try_from(opts.stall_timeout.as_nanos()).unwrap_or(i64::MAX),
                 prompt_tolerance_tokens: opts.prompt_tolerance,
             },
-            cells: cell_list(opts, info.max_model_len),
+            cells: cell_list(
+                opts,
+                info.max_model_len,
+                info.capabilities.max_model_len_source.as_deref(),
+            ),
             reparsed: None,
         }
     };
@@ -311,6 +319,9 @@ pub async fn record(
     let mut prompts: std::collections::BTreeMap<u32, (Value, u32)> = Default::default();
     // The probe's stream goes into the first cell this session records.
     let mut probe_records = Some(info.probe_records.clone());
+    // Contexts whose prefill scout the server refused as a wrong request: their decode
+    // cells fail without a request (the same prompt would be refused again).
+    let mut refused_contexts: std::collections::BTreeMap<u32, String> = Default::default();
     for i in 0..total {
         let entry = manifest.cells[i].clone();
         let key = entry.key();
@@ -336,6 +347,20 @@ pub async fn record(
         if key.dir(&opts.out).join("cell.json").exists() {
             manifest.cells[i].status = CellStatus::Complete;
             manifest.write(&opts.out)?;
+            continue;
+        }
+        if let Some(why) = refused_contexts.get(&key.context) {
+            manifest.cells[i].status = CellStatus::Failed;
+            manifest.cells[i].reason = Some(format!(
+                "not recorded: the server refused this context's prefill scout ({why})"
+            ));
+            manifest.write(&opts.out)?;
+            progress(Progress::CellEnd {
+                index: i,
+                total,
+                key,
+                line: "FAILED: not recorded, the server refused this context".to_string(),
+            });
             continue;
         }
         let (prompt, tokens) = match prompts.get(&key.context) {
@@ -413,6 +438,18 @@ pub async fn record(
                 ));
             }
             Err(e) => {
+                // Nothing of a failed cell is kept: its staging folder goes.
+                let staging = opts
+                    .out
+                    .join(tokentrace_schemas::layout::STAGING_DIR)
+                    .join(key.partition_path());
+                let _ = std::fs::remove_dir_all(staging);
+                if key.phase == Phase::Prefill
+                    && let CellError::Refused(why) = &e
+                    && why.permanent
+                {
+                    refused_contexts.insert(key.context, why.message.clone());
+                }
                 manifest.cells[i].status = CellStatus::Failed;
                 manifest.cells[i].reason = Some(e.to_string());
                 progress(Progress::CellEnd {

@@ -77,8 +77,12 @@ pub struct ServerCapabilities {
     pub metrics: Option<bool>,
     /// Which tokenize API shape worked (`vllm`, `llama.cpp`), if any.
     pub tokenize: Option<String>,
-    /// The server's maximum context (prompt + output) in tokens.
+    /// The server's maximum context (prompt + output) of one request, in tokens.
     pub max_model_len: Option<u32>,
+    /// Where `max_model_len` came from (`max_model_len`, `llama.cpp per-slot n_ctx`,
+    /// `TGI max_total_tokens`, `llama.cpp n_ctx_train`); absent in older runs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_model_len_source: Option<String>,
     /// How `chunks.tokens` was obtained: `usage`, `token_ids` or `one_per_chunk`.
     pub token_counting: Option<String>,
 }

@@ -3,6 +3,7 @@
 //! - `inputs`: bad command lines exit 2 before anything is written; an all-skipped run is a valid folder;
 //! - `llamacpp`: a real llama.cpp server recorded over both endpoints and analyzed;
 //! - `record`: recording the simulator: ground truth agrees, a killed run resumes, no secret on disk;
+//! - `refusals`: a refused context fails after a few requests; a rate-limiting server is paced;
 //! - `reparse`: golden runs and a faulty run re-derived row for row from their raw
 //!   capture, reports unchanged; other token-counting policies count as they say;
 //! - `report`: golden reports byte for byte, rescore + diff of a one-threshold change,
@@ -15,6 +16,7 @@ mod check;
 mod inputs;
 mod llamacpp;
 mod record;
+mod refusals;
 mod reparse;
 mod report;
 mod sim;

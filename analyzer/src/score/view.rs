@@ -41,7 +41,7 @@ pub struct Repeats<'a> {
     pub found: Vec<Repetition>,
 }
 
-/// A prefill cell: its scout, if it has one.
+/// A prefill cell: its scout (the last one sent), if it has one.
 #[derive(Debug)]
 pub struct PrefillView<'a> {
     pub key: CellKey,
@@ -50,9 +50,10 @@ pub struct PrefillView<'a> {
 
 impl<'a> PrefillView<'a> {
     pub fn new(key: CellKey, loaded: &'a Loaded) -> Self {
+        // A refused scout is sent again: the last one is the measurement.
         let scout = requests(loaded, key)
             .iter()
-            .find(|r| r.role == Role::Scout)
+            .rfind(|r| r.role == Role::Scout)
             .map(|r| stream(loaded, r));
         PrefillView { key, scout }
     }

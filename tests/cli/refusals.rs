@@ -1,0 +1,130 @@
+//! Requests a server turns away: a context above the limit the server enforces (it lists
+//! a larger one, as llama.cpp lists its training context) fails after a few requests,
+//! not hundreds, with the server's message, and the run's exit status says so; a server
+//! that refuses above a request rate is sent requests at a bounded rate and the cell
+//! still measures.
+
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use tokentrace_recorder::runner;
+use tokentrace_schemas::manifest::CellStatus;
+use tokentrace_schemas::reader::read_table;
+use tokentrace_schemas::tables::{EndReason, EventKind, Events, Requests};
+use tokentrace_sim::{Profile, SimServer};
+
+use crate::record::options;
+
+async fn sim(profile: Profile) -> SimServer {
+    let addr: SocketAddr = "127.0.0.1:0".parse().expect("addr");
+    SimServer::start(profile, addr).await.expect("sim")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_context_the_server_refuses_fails_after_a_few_requests() {
+    let mut profile = Profile::load("tiny").expect("tiny");
+    // Lists 64K, enforces 16K.
+    profile.listed_max_model_len = Some(65_536);
+    let server = sim(profile).await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let out = dir.path().join("run");
+    let mut opts = options(&server.url(), &out);
+    opts.contexts = vec![512, 20_000];
+    opts.concurrency = vec![1, 4];
+    opts.window = Duration::from_millis(400);
+    let m = runner::record(&opts, |_| {}).await.expect("recorded");
+    let received = server.requests_received();
+    server.stop();
+
+    let status = |ctx: u32| -> Vec<CellStatus> {
+        m.cells
+            .iter()
+            .filter(|c| c.context == ctx)
+            .map(|c| c.status)
+            .collect()
+    };
+    assert_eq!(status(512), vec![CellStatus::Complete; 3]);
+    assert_eq!(status(20_000), vec![CellStatus::Failed; 3]);
+    let scout = m.cells.iter().find(|c| c.context == 20_000).expect("scout");
+    let reason = scout.reason.as_deref().unwrap_or("");
+    assert!(
+        reason.contains("refused 4 requests in a row")
+            && reason.contains("HTTP 400")
+            && reason.contains("maximum context length is 16384"),
+        "{reason}"
+    );
+    // The 512 cells: probe + scout + warm-up and window requests; the 20K context: the
+    // scout's 4 attempts, and not one decode request.
+    let recorded: usize = tokentrace_schemas::layout::list_cells(&out)
+        .expect("cells")
+        .iter()
+        .map(|(_, d)| {
+            read_table::<Requests>(&d.join("requests.parquet"))
+                .expect("requests")
+                .len()
+        })
+        .sum();
+    assert_eq!(received as usize, recorded + 4, "only 4 requests refused");
+    assert!(
+        !out.join(".staging").join("prefill").exists(),
+        "no staging left"
+    );
+    let (code, line) = tokentrace_recorder::cli::finished(&m);
+    assert_eq!(code, 1, "a failed cell makes the exit status 1");
+    assert!(line.is_some_and(|l| l.contains("3 of 6 cells failed")));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_refusing_above_a_rate_gets_a_bounded_rate_and_the_cell_measures() {
+    let mut profile = Profile::load("tiny").expect("tiny");
+    profile.max_requests_per_s = 8.0;
+    let server = sim(profile).await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let out = dir.path().join("run");
+    let mut opts = options(&server.url(), &out);
+    opts.contexts = vec![512];
+    opts.concurrency = vec![4];
+    opts.window = Duration::from_secs(2);
+    // Short requests: unpaced, four workers would send ~100 a second.
+    opts.max_tokens = 8;
+    let started = Instant::now();
+    let m = runner::record(&opts, |_| {}).await.expect("recorded");
+    let elapsed = started.elapsed().as_secs_f64();
+    let received = server.requests_received();
+    server.stop();
+    assert!(
+        m.cells.iter().all(|c| c.status == CellStatus::Complete),
+        "{:?}",
+        m.cells
+    );
+    let rate = received as f64 / elapsed;
+    assert!(rate < 30.0, "{received} requests in {elapsed:.1} s");
+    let decode = tokentrace_schemas::layout::list_cells(&out)
+        .expect("cells")
+        .into_iter()
+        .find(|(k, _)| k.concurrency == 4)
+        .expect("decode cell")
+        .1;
+    let rows = read_table::<Requests>(&decode.join("requests.parquet")).expect("requests");
+    let refused = rows
+        .iter()
+        .filter(|r| r.end_reason == EndReason::HttpError && r.http_status == Some(429))
+        .count();
+    let served = rows.iter().filter(|r| r.http_status == Some(200)).count();
+    assert!(
+        refused > 0 && served > 4,
+        "{refused} refused, {served} served"
+    );
+    let events = read_table::<Events>(&decode.join("events.parquet")).expect("events");
+    let note = events
+        .iter()
+        .find(|e| {
+            e.kind == EventKind::Note
+                && e.detail
+                    .as_deref()
+                    .is_some_and(|d| d.starts_with("refusals:"))
+        })
+        .and_then(|e| e.detail.clone())
+        .expect("the refusals are counted");
+    assert!(note.contains(&format!("{refused} requests")), "{note}");
+}
