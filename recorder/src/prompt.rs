@@ -1,5 +1,5 @@
 //! Prompts of an exact token count, identical within a context and distinct across
-//! contexts: counted by the server's own `/tokenize` (vLLM/SGLang or llama.cpp shape).
+//! contexts and runs (a per-run nonce starts each one): counted by the server's own `/tokenize` (vLLM/SGLang or llama.cpp shape).
 //! Completions get the token ids themselves; chat gets text whose message count was
 //! searched to the exact length.
 
@@ -31,10 +31,11 @@ const WORDS: [&str; 24] = [
     "prefill", "answer", "method", "number", "result", "report",
 ];
 
-/// Deterministic filler text of `words` words, different for each `seed`.
-pub fn filler(words: usize, seed: u64) -> String {
+/// Deterministic filler text of `words` words, different for each `seed`, starting with
+/// the run's `nonce` (so that no earlier run's cache holds any of it).
+pub fn filler(words: usize, seed: u64, nonce: &str) -> String {
     let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    let mut out = format!("Context {seed}:");
+    let mut out = format!("Run {nonce}. Context {seed}:");
     for _ in 0..words {
         x ^= x << 13;
         x ^= x >> 7;
@@ -90,6 +91,7 @@ pub async fn build(
     tokenize: Option<&str>,
     n: u32,
     seed: u64,
+    nonce: &str,
 ) -> Result<Prompt, PromptError> {
     let llama = match tokenize {
         Some("llama.cpp") => true,
@@ -103,9 +105,9 @@ pub async fn build(
             let mut words = want.max(8);
             loop {
                 let body = if llama {
-                    json!({"content": filler(words, seed), "add_special": false})
+                    json!({"content": filler(words, seed, nonce), "add_special": false})
                 } else {
-                    json!({"model": model, "prompt": filler(words, seed)})
+                    json!({"model": model, "prompt": filler(words, seed, nonce)})
                 };
                 let ids = get_tokenize(client, base, &body)
                     .await
@@ -122,9 +124,16 @@ pub async fn build(
         Endpoint::Chat => {
             // The template adds tokens around the message: search the word count.
             let (mut lo, mut hi) = (0usize, want.max(8) * 2);
-            while count(client, base, model, endpoint, &filler(hi, seed), llama)
-                .await
-                .ok_or(PromptError::NoTokenizer)?
+            while count(
+                client,
+                base,
+                model,
+                endpoint,
+                &filler(hi, seed, nonce),
+                llama,
+            )
+            .await
+            .ok_or(PromptError::NoTokenizer)?
                 < want
             {
                 hi *= 2;
@@ -132,9 +141,16 @@ pub async fn build(
             let mut best = (usize::MAX, 0usize);
             while lo <= hi {
                 let mid = (lo + hi) / 2;
-                let c = count(client, base, model, endpoint, &filler(mid, seed), llama)
-                    .await
-                    .ok_or(PromptError::NoTokenizer)?;
+                let c = count(
+                    client,
+                    base,
+                    model,
+                    endpoint,
+                    &filler(mid, seed, nonce),
+                    llama,
+                )
+                .await
+                .ok_or(PromptError::NoTokenizer)?;
                 if c.abs_diff(want) < best.0 {
                     best = (c.abs_diff(want), mid);
                 }
@@ -149,7 +165,7 @@ pub async fn build(
                     }
                 }
             }
-            let text = filler(best.1, seed);
+            let text = filler(best.1, seed, nonce);
             let got = count(client, base, model, endpoint, &text, llama)
                 .await
                 .ok_or(PromptError::NoTokenizer)?;

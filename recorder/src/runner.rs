@@ -116,6 +116,16 @@ fn cell_list(opts: &RecordOptions, limit: Option<u32>, source: Option<&str>) -> 
     cells
 }
 
+/// A nonce for this recording session's prompts: its start time and process, mixed.
+fn nonce(clock: &RunClock) -> String {
+    use tokentrace_schemas::rng::mix;
+    let utc = clock.anchor().utc_at_zero;
+    let h = utc
+        .bytes()
+        .fold(u64::from(std::process::id()), |h, b| mix(h ^ u64::from(b)));
+    format!("{:08x}", h >> 32)
+}
+
 fn http_client(api_key: Option<&str>) -> Result<reqwest::Client, RecordError> {
     let mut headers = reqwest::header::HeaderMap::new();
     if let Some(key) = api_key {
@@ -280,6 +290,7 @@ pub async fn record(
                 drain_timeout_ns: i64::try_from(opts.drain_timeout.as_nanos()).unwrap_or(i64::MAX),
                 stall_timeout_ns: i64::try_from(opts.stall_timeout.as_nanos()).unwrap_or(i64::MAX),
                 prompt_tolerance_tokens: opts.prompt_tolerance,
+                prompt_nonces: Vec::new(),
             },
             cells: cell_list(
                 opts,
@@ -289,6 +300,9 @@ pub async fn record(
             reparsed: None,
         }
     };
+    // This session's prompts start with a nonce of their own.
+    let nonce = nonce(&clock);
+    manifest.config.prompt_nonces.push(nonce.clone());
     manifest.write(&opts.out)?;
     // A resumed run keeps the endpoint it was recorded with.
     let transport = if manifest.config.endpoint == opts.endpoint {
@@ -374,6 +388,7 @@ pub async fn record(
                     manifest.capabilities.tokenize.as_deref(),
                     key.context,
                     u64::from(key.context),
+                    &nonce,
                 )
                 .await
                 .map_err(|source| RecordError::Prompt {

@@ -110,6 +110,11 @@ pub struct RunConfig {
     pub stall_timeout_ns: i64,
     /// Allowed difference between requested and server-counted prompt tokens.
     pub prompt_tolerance_tokens: u32,
+    /// The nonce at the start of every prompt, one per recording session (a resumed
+    /// run adds its own): no prompt of this run can be served from a cache an earlier
+    /// run warmed. Empty in runs recorded before nonces.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub prompt_nonces: Vec<String>,
 }
 
 str_enum! {

@@ -462,6 +462,7 @@ pub fn manifest(run_id: &str, cells: &[CellKey]) -> Manifest {
             drain_timeout_ns: 300_000_000_000,
             stall_timeout_ns: 600_000_000_000,
             prompt_tolerance_tokens: 8,
+            prompt_nonces: Vec::new(),
         },
         cells: cells
             .iter()

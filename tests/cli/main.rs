@@ -1,4 +1,5 @@
 //! End-to-end tests of the `tokentrace` command line, one binary:
+//! - `cache`: a second run against the same server prefills cold (per-run prompt nonce);
 //! - `check`: a sound run passes; damaged, incomplete and missing cells are named and fail;
 //! - `inputs`: bad command lines exit 2 before anything is written; an all-skipped run is a valid folder;
 //! - `llamacpp`: a real llama.cpp server recorded over both endpoints and analyzed;
@@ -12,6 +13,7 @@
 //!   without server metrics, client-side evidence is used and the report says so;
 //! - `sim`: the simulator subcommand starts, says where it listens, serves, and refuses bad profiles.
 
+mod cache;
 mod check;
 mod inputs;
 mod llamacpp;
