@@ -82,6 +82,18 @@ async fn count(
     get_tokenize(client, base, &body).await.map(|t| t.len())
 }
 
+/// Short pieces that make up a chat prompt's last few tokens.
+const PADS: [&str; 3] = [" the", ".", " a"];
+/// Most pieces appended to one filler.
+const MAX_PADS: usize = 12;
+
+/// What makes a prompt's text its own: the context it is for, and the run's nonce.
+#[derive(Debug, Clone, Copy)]
+pub struct Seed<'a> {
+    pub context: u64,
+    pub nonce: &'a str,
+}
+
 /// Builds a prompt of exactly `n` tokens for `endpoint`.
 pub async fn build(
     client: &reqwest::Client,
@@ -90,8 +102,7 @@ pub async fn build(
     endpoint: Endpoint,
     tokenize: Option<&str>,
     n: u32,
-    seed: u64,
-    nonce: &str,
+    seed: Seed<'_>,
 ) -> Result<Prompt, PromptError> {
     let llama = match tokenize {
         Some("llama.cpp") => true,
@@ -105,9 +116,9 @@ pub async fn build(
             let mut words = want.max(8);
             loop {
                 let body = if llama {
-                    json!({"content": filler(words, seed, nonce), "add_special": false})
+                    json!({"content": filler(words, seed.context, seed.nonce), "add_special": false})
                 } else {
-                    json!({"model": model, "prompt": filler(words, seed, nonce)})
+                    json!({"model": model, "prompt": filler(words, seed.context, seed.nonce)})
                 };
                 let ids = get_tokenize(client, base, &body)
                     .await
@@ -129,7 +140,7 @@ pub async fn build(
                 base,
                 model,
                 endpoint,
-                &filler(hi, seed, nonce),
+                &filler(hi, seed.context, seed.nonce),
                 llama,
             )
             .await
@@ -146,7 +157,7 @@ pub async fn build(
                     base,
                     model,
                     endpoint,
-                    &filler(mid, seed, nonce),
+                    &filler(mid, seed.context, seed.nonce),
                     llama,
                 )
                 .await
@@ -165,10 +176,45 @@ pub async fn build(
                     }
                 }
             }
-            let text = filler(best.1, seed, nonce);
-            let got = count(client, base, model, endpoint, &text, llama)
+            // Words come in whole tokens or more: the last few tokens are made up with
+            // short punctuation, one token each in common tokenizers.
+            let mut text = filler(best.1, seed.context, seed.nonce);
+            let mut got = count(client, base, model, endpoint, &text, llama)
                 .await
                 .ok_or(PromptError::NoTokenizer)?;
+            // From the longest filler not over `want`, append one-token pieces
+            // until the count is exact.
+            'fit: for words in [best.1, best.1.saturating_sub(1), best.1.saturating_sub(2)] {
+                let mut t = filler(words, seed.context, seed.nonce);
+                let mut c = count(client, base, model, endpoint, &t, llama)
+                    .await
+                    .ok_or(PromptError::NoTokenizer)?;
+                for _ in 0..MAX_PADS {
+                    if c.abs_diff(want) < got.abs_diff(want) {
+                        (text, got) = (t.clone(), c);
+                    }
+                    if c >= want {
+                        break;
+                    }
+                    let mut grew = false;
+                    for unit in PADS {
+                        let longer = format!("{t}{unit}");
+                        let n = count(client, base, model, endpoint, &longer, llama)
+                            .await
+                            .ok_or(PromptError::NoTokenizer)?;
+                        if n > c && n <= want {
+                            (t, c, grew) = (longer, n, true);
+                            break;
+                        }
+                    }
+                    if !grew {
+                        break;
+                    }
+                }
+                if got == want {
+                    break 'fit;
+                }
+            }
             if got != want {
                 // Close is fine within the run's tolerance; the caller checks it.
                 return Ok(Prompt {

@@ -387,8 +387,10 @@ pub async fn record(
                     manifest.config.endpoint,
                     manifest.capabilities.tokenize.as_deref(),
                     key.context,
-                    u64::from(key.context),
-                    &nonce,
+                    prompt::Seed {
+                        context: u64::from(key.context),
+                        nonce: &nonce,
+                    },
                 )
                 .await
                 .map_err(|source| RecordError::Prompt {
