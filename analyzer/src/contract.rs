@@ -60,6 +60,8 @@ pub enum Verdict {
     Valid,
     RequestsQueued,
     Looped,
+    /// The prefill scout was answered from the prefix cache: prefill not measured.
+    PrefillCached,
     Error,
 }
 
@@ -70,6 +72,7 @@ impl Verdict {
             Verdict::Valid => "Valid",
             Verdict::RequestsQueued => "Requests queued",
             Verdict::Looped => "Looped",
+            Verdict::PrefillCached => "Served from cache",
             Verdict::Error => "Error",
         }
     }
@@ -97,6 +100,13 @@ pub enum Evidence {
     Missing { what: String },
     /// A request repeated itself (Looped).
     Loop(LoopEvidence),
+    /// The prefill scout's prompt was served from the prefix cache (Prefill cached).
+    ScoutCached {
+        request_id: i64,
+        cached_tokens: i64,
+        prompt_tokens: i64,
+        max_fraction: f64,
+    },
     /// The readiness warm-up gave up (Requests queued).
     WarmupNotReady { detail: String },
     /// The running gauge never reached N (Requests queued).
@@ -138,6 +148,7 @@ impl Evidence {
         match self {
             Evidence::FailedStream { .. } | Evidence::Missing { .. } => Verdict::Error,
             Evidence::Loop(_) => Verdict::Looped,
+            Evidence::ScoutCached { .. } => Verdict::PrefillCached,
             _ => Verdict::RequestsQueued,
         }
     }
@@ -177,6 +188,27 @@ pub enum Warning {
     NoServerMetrics { missing: Vec<String> },
     /// The drain barrier after the cell did not see an idle server.
     DrainIncomplete { detail: String },
+    /// Requests whose TTFT holds a cold prefill: less than `min_fraction` of their
+    /// prompt was cached.
+    ColdPrefill {
+        requests: Vec<ColdRequest>,
+        /// Cold requests beyond those listed.
+        more: usize,
+        min_fraction: f64,
+        /// Whether the TTFT figures leave them out.
+        excluded_from_ttft: bool,
+    },
+}
+
+/// A request that prefilled cold inside a decode cell.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ColdRequest {
+    pub request_id: i64,
+    pub role: String,
+    pub cached_tokens: i64,
+    pub prompt_tokens: i64,
+    pub ttft_ms: Option<f64>,
 }
 
 /// Median and percentiles of one per-request (or per-gap) quantity.

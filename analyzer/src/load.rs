@@ -21,6 +21,8 @@ pub struct RequestInfo {
     pub end_reason: EndReason,
     pub prompt_tokens_requested: i64,
     pub prompt_tokens_server: Option<i64>,
+    /// Prompt tokens the server served from its prefix cache (when it said).
+    pub cached_tokens: Option<i64>,
     pub sent_ns: Option<i64>,
     pub end_ns: Option<i64>,
     pub error: Option<String>,
@@ -228,6 +230,7 @@ fn load_requests(run: &Run, requests: LazyFrame, out: &mut Loaded) -> Result<()>
             col("end_reason"),
             col("prompt_tokens_requested"),
             col("prompt_tokens_server"),
+            col("cached_tokens_server"),
             col("sent_ns"),
             col("end_ns"),
             col("error"),
@@ -241,6 +244,7 @@ fn load_requests(run: &Run, requests: LazyFrame, out: &mut Loaded) -> Result<()>
     let ends = c.str("end_reason")?;
     let asked = c.i64("prompt_tokens_requested")?;
     let server = c.i64("prompt_tokens_server")?;
+    let cached = c.i64("cached_tokens_server")?;
     let sent = c.i64("sent_ns")?;
     let end = c.i64("end_ns")?;
     let error = c.str("error")?;
@@ -263,6 +267,7 @@ fn load_requests(run: &Run, requests: LazyFrame, out: &mut Loaded) -> Result<()>
             end_reason,
             prompt_tokens_requested: asked[i].unwrap_or(0),
             prompt_tokens_server: server[i],
+            cached_tokens: cached[i],
             sent_ns: sent[i],
             end_ns: end[i],
             error: error[i].clone(),

@@ -208,6 +208,15 @@ fn markdown(s: &Scoring) -> String {
                 c.status_label()
             );
         }
+        if prefill
+            .iter()
+            .any(|c| c.verdict == Some(Verdict::PrefillCached))
+        {
+            let _ = writeln!(
+                o,
+                "\nServed from cache: the server answered the prefill scout from its prompt cache, so prefill was not measured."
+            );
+        }
     }
 
     if !contexts.is_empty() {
@@ -361,6 +370,17 @@ fn cell_notes(c: &CellScore) -> Vec<String> {
                 l.channel.as_str(),
                 thousands(l.start_char as i64)
             ),
+            Evidence::ScoutCached {
+                request_id,
+                cached_tokens,
+                prompt_tokens,
+                max_fraction,
+            } => format!(
+                "Served from cache: the scout (request {request_id}) had {} of its {} prompt tokens served from the prefix cache (more than {}%), so prefill was not measured",
+                thousands(*cached_tokens),
+                thousands(*prompt_tokens),
+                g(max_fraction * 100.0)
+            ),
             Evidence::WarmupNotReady { detail } => {
                 format!("Requests queued: warm-up never reached readiness ({detail})")
             }
@@ -447,6 +467,42 @@ fn cell_notes(c: &CellScore) -> Vec<String> {
             ),
             Warning::DrainIncomplete { detail } => {
                 format!("warning: the server did not drain after the cell ({detail})")
+            }
+            Warning::ColdPrefill {
+                requests,
+                more,
+                min_fraction,
+                excluded_from_ttft,
+            } => {
+                let listed: Vec<String> = requests
+                    .iter()
+                    .map(|r| {
+                        format!(
+                            "{} request {} ({} of {} cached, TTFT {})",
+                            r.role,
+                            r.request_id,
+                            thousands(r.cached_tokens),
+                            thousands(r.prompt_tokens),
+                            opt(r.ttft_ms, ms_whole)
+                        )
+                    })
+                    .collect();
+                format!(
+                    "warning: {} requests prefilled cold (less than {}% of the prompt cached), so their TTFT holds a prefill: {}{}; {}",
+                    requests.len() + more,
+                    g(min_fraction * 100.0),
+                    listed.join(", "),
+                    if *more > 0 {
+                        format!(" and {more} more")
+                    } else {
+                        String::new()
+                    },
+                    if *excluded_from_ttft {
+                        "left out of the TTFT figures"
+                    } else {
+                        "included in the TTFT figures"
+                    }
+                )
             }
         };
         out.push(format!("{name}: {line}"));

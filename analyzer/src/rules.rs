@@ -10,13 +10,19 @@ use tokentrace_schemas::column::StrEnum;
 use crate::error::{Error, Result};
 
 /// The built-in rule sets: (name, version, TOML text).
-pub const BUILTIN: [(&str, &str, &str); 2] = [
+pub const BUILTIN: [(&str, &str, &str); 3] = [
     (
         "reference",
         "0.6.2",
         include_str!("../rules/reference-0.6.2.toml"),
     ),
-    ("default", "1.0.0", include_str!("../rules/default.toml")),
+    // Newest first: `default` without a version is the newest.
+    ("default", "1.1.0", include_str!("../rules/default.toml")),
+    (
+        "default",
+        "1.0.0",
+        include_str!("../rules/default-1.0.0.toml"),
+    ),
 ];
 
 /// Which arrival counts as a request's first token.
@@ -212,6 +218,21 @@ pub struct MetricRules {
     pub preemptions: Option<String>,
 }
 
+/// Prompt-cache checks. Rule sets without a `[cache]` table (default 1.0.0) check
+/// nothing here.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct CacheRules {
+    /// A prefill scout with more than this fraction of its prompt served from the
+    /// server's prefix cache did not measure prefill: verdict `prefill_cached`.
+    pub scout_max_cached_fraction: Option<f64>,
+    /// A decode request with less than this fraction of its prompt cached prefilled
+    /// cold inside its TTFT: warning `cold_prefill`.
+    pub warm_min_cached_fraction: Option<f64>,
+    /// Leave those cold requests out of the TTFT summary.
+    pub ttft_excludes_cold: bool,
+}
+
 /// A complete rule set.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -228,6 +249,8 @@ pub struct RuleSet {
     pub error: ErrorRules,
     pub client_lag: ClientLagRules,
     pub metrics: MetricRules,
+    #[serde(default)]
+    pub cache: CacheRules,
 }
 
 impl RuleSet {
@@ -300,6 +323,20 @@ impl RuleSet {
         for r in &self.error.end_reasons {
             if tokentrace_schemas::tables::EndReason::parse(r).is_none() {
                 return Err(bad(format!("error.end_reasons: unknown end reason `{r}`")));
+            }
+        }
+        for (name, f) in [
+            (
+                "cache.scout_max_cached_fraction",
+                self.cache.scout_max_cached_fraction,
+            ),
+            (
+                "cache.warm_min_cached_fraction",
+                self.cache.warm_min_cached_fraction,
+            ),
+        ] {
+            if let Some(f) = f.filter(|f| !(0.0..=1.0).contains(f)) {
+                return Err(bad(format!("{name}: {f} is not within 0–1")));
             }
         }
         self.metrics.preset(None).map_err(bad)?;

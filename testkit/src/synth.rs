@@ -96,6 +96,9 @@ pub struct DecodeSpec {
     pub looping: Option<(usize, String)>,
     /// The request with this index ends with an error event instead of finishing.
     pub failing: Option<usize>,
+    /// The request with this index prefilled cold: nothing of its prompt was cached,
+    /// and its first token comes after `cold_ttft_ns`.
+    pub cold: Option<(usize, i64)>,
 }
 
 impl DecodeSpec {
@@ -116,6 +119,7 @@ impl DecodeSpec {
             waiting: 0.0,
             looping: None,
             failing: None,
+            cold: None,
         }
     }
 }
@@ -154,7 +158,9 @@ fn gen_request(
     let reasoning_tokens = (spec.max_tokens as f64 * spec.reasoning_share) as u64;
     let sent = start_ns + 50_000;
     let headers = sent + 2_000_000;
-    let mut t = sent + spec.ttft_ns + (rng.unit() * spec.ttft_ns as f64 * 0.2) as i64;
+    let cold = spec.cold.filter(|(i, _)| *i == index).map(|(_, ttft)| ttft);
+    let mut t =
+        sent + cold.unwrap_or(spec.ttft_ns) + (rng.unit() * spec.ttft_ns as f64 * 0.2) as i64;
     let mut done = 0u64;
     let mut chunks = Vec::new();
     let mut seq = 0i32;
@@ -249,7 +255,11 @@ fn gen_request(
             endpoint: Endpoint::Chat,
             prompt_tokens_requested: prompt,
             prompt_tokens_server: Some(prompt),
-            cached_tokens_server: Some(prompt - prompt % 256),
+            cached_tokens_server: Some(if cold.is_some() {
+                0
+            } else {
+                prompt - prompt % 256
+            }),
             completion_tokens_server: Some(completion),
             max_tokens: Some(i32::try_from(spec.max_tokens).unwrap_or(i32::MAX)),
             scheduled_ns: start_ns,
@@ -497,6 +507,17 @@ pub fn write_run(
 /// Writes one synthetic prefill cell: a cold scout of `key.context` prompt tokens whose
 /// first token arrives after `ttft_ns`, then 16 tokens 10 ms apart.
 pub fn write_prefill_cell(run: &Path, key: CellKey, ttft_ns: i64) -> Result<CellMeta> {
+    write_prefill_cell_cached(run, key, ttft_ns, 0)
+}
+
+/// Like [`write_prefill_cell`], with `cached` of the scout's prompt tokens served from the
+/// server's prefix cache.
+pub fn write_prefill_cell_cached(
+    run: &Path,
+    key: CellKey,
+    ttft_ns: i64,
+    cached: i32,
+) -> Result<CellMeta> {
     let id = i64::from(key.context) * 1_000_000 + 5_000_000;
     let prompt = i32::try_from(key.context).unwrap_or(i32::MAX);
     let vocab = Vocab::new(5000, 7);
@@ -533,7 +554,7 @@ pub fn write_prefill_cell(run: &Path, key: CellKey, ttft_ns: i64) -> Result<Cell
         endpoint: Endpoint::Chat,
         prompt_tokens_requested: prompt,
         prompt_tokens_server: Some(prompt),
-        cached_tokens_server: Some(0),
+        cached_tokens_server: Some(cached),
         completion_tokens_server: Some(16),
         max_tokens: Some(16),
         scheduled_ns: 0,

@@ -47,6 +47,39 @@ pub fn is_finished(r: &RequestInfo) -> bool {
     )
 }
 
+/// The prompt tokens of a request as the server counted them (else as asked).
+pub fn prompt_tokens(r: &RequestInfo) -> i64 {
+    r.prompt_tokens_server.unwrap_or(r.prompt_tokens_requested)
+}
+
+/// Whether the request prefilled cold: the server said less than the rule's fraction of
+/// its prompt came from the prefix cache. Unknown (no usage) is not cold.
+pub fn is_cold(r: &RequestInfo, rules: &RuleSet) -> bool {
+    let prompt = prompt_tokens(r);
+    rules.cache.warm_min_cached_fraction.is_some_and(|f| {
+        r.cached_tokens
+            .is_some_and(|c| prompt > 0 && (c as f64) < f * prompt as f64)
+    })
+}
+
+/// The streams the per-request figures are taken over: in the request scope, with at
+/// least the rule's minimum of tokens.
+pub fn scored<'v, 'a>(
+    v: &'v DecodeView<'a>,
+    rules: &'v RuleSet,
+) -> impl Iterator<Item = &'v Stream<'a>> {
+    let (open, close) = (v.open, v.close);
+    v.streams
+        .iter()
+        .filter(move |s| match rules.requests.scope {
+            RequestScope::All => true,
+            RequestScope::OverlappingWindow => {
+                s.info.sent_ns.is_some_and(|t| t < close) && s.info.end_ns.is_none_or(|e| e >= open)
+            }
+        })
+        .filter(|s| s.tokens.tokens >= i64::from(rules.requests.min_tokens))
+}
+
 /// The scout's TTFT, ns, under the TTFT rule.
 pub fn scout_ttft(scout: &Stream, rules: &RuleSet) -> Option<i64> {
     first_token(&scout.tokens, rules.ttft.first)
@@ -58,10 +91,7 @@ pub fn prefill(v: &PrefillView, rules: &RuleSet) -> Figures {
     let mut f = Figures::default();
     let Some(scout) = &v.scout else { return f };
     let ttft = scout_ttft(scout, rules);
-    let prompt = scout
-        .info
-        .prompt_tokens_server
-        .unwrap_or(scout.info.prompt_tokens_requested);
+    let prompt = prompt_tokens(scout.info);
     f.prompt_tokens = Some(prompt);
     f.ttft_ms = summary(ttft.map(ms).into_iter().collect(), rules);
     f.prompt_tok_s = ttft
@@ -83,21 +113,14 @@ pub fn decode(v: &DecodeView, rules: &RuleSet) -> Figures {
     };
     f.output_tokens = v.streams.iter().map(|s| s.tokens.tokens_in_window).sum();
     f.total_tok_s = (window_ns > 0).then(|| f.output_tokens as f64 / window_s);
-    let scoped = v.streams.iter().filter(|s| match rules.requests.scope {
-        RequestScope::All => true,
-        RequestScope::OverlappingWindow => {
-            s.info.sent_ns.is_some_and(|t| t < close) && s.info.end_ns.is_none_or(|e| e >= open)
-        }
-    });
     let (mut ttft, mut tbt, mut rate, mut e2e) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
-    let mut scored = 0;
-    for s in scoped {
+    let mut count = 0;
+    for s in scored(v, rules) {
         let (r, a) = (s.info, &s.tokens);
-        if a.tokens < i64::from(rules.requests.min_tokens) {
-            continue;
-        }
-        scored += 1;
-        if let (Some(first), Some(sent)) = (first_token(a, rules.ttft.first), r.sent_ns) {
+        count += 1;
+        let warm = !(rules.cache.ttft_excludes_cold && is_cold(r, rules));
+        if let (Some(first), Some(sent), true) = (first_token(a, rules.ttft.first), r.sent_ns, warm)
+        {
             ttft.push(ms(first - sent));
         }
         let denominator = match rules.requests.tbt_denominator {
@@ -118,7 +141,7 @@ pub fn decode(v: &DecodeView, rules: &RuleSet) -> Figures {
             e2e.push(ms(end - sent));
         }
     }
-    f.requests_scored = scored;
+    f.requests_scored = count;
     f.ttft_ms = summary(ttft, rules);
     f.time_between_tokens_ms = summary(tbt, rules);
     f.per_request_tok_s = summary(rate, rules);

@@ -153,7 +153,10 @@ fn verdict(evidence: &[Evidence]) -> Verdict {
 
 fn score_prefill(v: PrefillView, rules: &RuleSet) -> CellScore {
     let mut cell = new_cell(v.key, CellScoreState::Complete, None);
-    let evidence = verdicts::scout(&v, rules);
+    let evidence: Vec<Evidence> = verdicts::PREFILL
+        .iter()
+        .flat_map(|rule| rule(&v, rules))
+        .collect();
     cell.verdict = Some(verdict(&evidence));
     cell.evidence = evidence;
     cell.figures = Some(measure::prefill(&v, rules));

@@ -6,7 +6,7 @@ use tokentrace_schemas::column::StrEnum;
 use tokentrace_schemas::protocol::Readiness;
 use tokentrace_schemas::tables::EventKind;
 
-use super::measure::scout_ttft;
+use super::measure::{prompt_tokens, scout_ttft};
 use super::view::{DecodeView, PrefillView, Repeats};
 use crate::contract::{Evidence, LoopEvidence};
 use crate::load::RequestInfo;
@@ -69,6 +69,34 @@ pub fn scout(v: &PrefillView, rules: &RuleSet) -> Vec<Evidence> {
         Vec::new()
     }
 }
+
+/// Prefill cached: the scout (when it streamed) had more of its prompt served from the
+/// prefix cache than the rule allows, so its TTFT measured a cache hit, not prefill.
+pub fn scout_cached(v: &PrefillView, rules: &RuleSet) -> Vec<Evidence> {
+    let (Some(scout), Some(max)) = (&v.scout, rules.cache.scout_max_cached_fraction) else {
+        return Vec::new();
+    };
+    let prompt = prompt_tokens(scout.info);
+    match scout.info.cached_tokens {
+        Some(cached)
+            if !failed(scout.info, rules) && prompt > 0 && cached as f64 > max * prompt as f64 =>
+        {
+            vec![Evidence::ScoutCached {
+                request_id: scout.info.request_id,
+                cached_tokens: cached,
+                prompt_tokens: prompt,
+                max_fraction: max,
+            }]
+        }
+        _ => Vec::new(),
+    }
+}
+
+/// A verdict rule of prefill cells.
+pub type PrefillRule = fn(&PrefillView, &RuleSet) -> Vec<Evidence>;
+
+/// Every prefill verdict rule, in the order their evidence is listed.
+pub const PREFILL: [PrefillRule; 2] = [scout, scout_cached];
 
 /// Error: a stream ended with one of the rule set's error end reasons (in the cell, or
 /// inside the window, per the error scope).

@@ -2,13 +2,14 @@
 //! what a reader should know that is not a verdict: suspected loops, missing server
 //! gauges, the recorder's own lag, and a drain that timed out.
 
+use tokentrace_schemas::column::StrEnum;
 use tokentrace_schemas::protocol::Drain;
 use tokentrace_schemas::tables::EventKind;
 
-use super::measure::ms;
+use super::measure::{first_token, is_cold, ms, prompt_tokens, scored};
 use super::verdicts::suspect_in;
 use super::view::DecodeView;
-use crate::contract::Warning;
+use crate::contract::{ColdRequest, Warning};
 use crate::rules::RuleSet;
 use crate::stats;
 
@@ -16,12 +17,47 @@ use crate::stats;
 pub type DecodeWarning = fn(&DecodeView, &RuleSet) -> Vec<Warning>;
 
 /// Every decode warning rule, in the order their warnings are listed.
-pub const DECODE: [DecodeWarning; 4] = [
+pub const DECODE: [DecodeWarning; 5] = [
     suspected_loops,
     no_server_metrics,
     client_lag,
     drain_incomplete,
+    cold_prefill,
 ];
+
+/// Cold requests listed in a `cold_prefill` warning; the rest are counted.
+const COLD_LISTED: usize = 10;
+
+/// Requests whose TTFT counts in the figures but whose prompt was mostly not cached:
+/// their TTFT holds a cold prefill (a per-slot cache the warm-up missed, an evicted
+/// prefix).
+pub fn cold_prefill(v: &DecodeView, rules: &RuleSet) -> Vec<Warning> {
+    let Some(min_fraction) = rules.cache.warm_min_cached_fraction else {
+        return Vec::new();
+    };
+    let cold: Vec<ColdRequest> = scored(v, rules)
+        .filter(|s| is_cold(s.info, rules))
+        .map(|s| ColdRequest {
+            request_id: s.info.request_id,
+            role: s.info.role.as_str().to_string(),
+            cached_tokens: s.info.cached_tokens.unwrap_or(0),
+            prompt_tokens: prompt_tokens(s.info),
+            ttft_ms: first_token(&s.tokens, rules.ttft.first)
+                .zip(s.info.sent_ns)
+                .map(|(f, t)| ms(f - t)),
+        })
+        .collect();
+    if cold.is_empty() {
+        return Vec::new();
+    }
+    let more = cold.len().saturating_sub(COLD_LISTED);
+    vec![Warning::ColdPrefill {
+        requests: cold.into_iter().take(COLD_LISTED).collect(),
+        more,
+        min_fraction,
+        excluded_from_ttft: rules.cache.ttft_excludes_cold,
+    }]
+}
 
 /// A text repeats itself, short of the loop thresholds but above the suspect ones.
 pub fn suspected_loops(v: &DecodeView, rules: &RuleSet) -> Vec<Warning> {

@@ -8,14 +8,18 @@ use tokentrace_analyzer::rules::{BUILTIN, FirstToken, RuleSet, parse};
 #[test]
 fn built_in_sets_load_by_name_and_version() {
     for (name, version, _) in BUILTIN {
-        let r = RuleSet::builtin(name).expect("built in");
+        let r = RuleSet::builtin(&format!("{name}@{version}")).expect("built in");
         assert_eq!((r.name.as_str(), r.version.as_str()), (name, version));
-        assert_eq!(
-            RuleSet::builtin(&format!("{name}@{version}")),
-            Some(r.clone())
-        );
-        assert_eq!(RuleSet::load(name).expect("load"), r);
+        // Without a version: the newest, listed first.
+        let newest = BUILTIN.iter().find(|(n, _, _)| *n == name).expect("listed");
+        let latest = RuleSet::builtin(name).expect("by name");
+        assert_eq!(latest.version, newest.1);
+        assert_eq!(RuleSet::load(name).expect("load"), latest);
     }
+    // default 1.0.0 stays as it was: no cache checks.
+    let old = RuleSet::builtin("default@1.0.0").expect("default 1.0.0");
+    assert_eq!(old.cache, Default::default());
+    assert_eq!(RuleSet::builtin("default").expect("d").version, "1.1.0");
     assert_eq!(RuleSet::builtin("reference@9.9"), None);
     let r = RuleSet::builtin("reference").expect("reference");
     assert_eq!(r.id(), "reference@0.6.2");
@@ -49,6 +53,7 @@ fn every_difference_of_the_default_set_is_documented() {
     assert_eq!(
         differing,
         [
+            "cache.ttft_excludes_cold",
             "queued.waiting_max_above",
             "queued.waiting_mean_above",
             "requests.scope",

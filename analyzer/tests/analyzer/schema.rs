@@ -62,3 +62,32 @@ fn real_output_validates_and_the_schema_is_strict() {
         assert!(!v.is_valid(&wrong));
     }
 }
+
+#[test]
+fn cache_evidence_and_warnings_validate() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let prefill = CellKey::new(Phase::Prefill, 2048, 1);
+    let decode = CellKey::new(Phase::Decode, 2048, 4);
+    synth::write_prefill_cell_cached(dir.path(), prefill, 2_000_000, 2047).expect("prefill");
+    synth::write_decode_cell(
+        dir.path(),
+        &DecodeSpec {
+            cold: Some((1, 20_000_000_000)),
+            ..DecodeSpec::new(decode, 15_000)
+        },
+    )
+    .expect("decode");
+    synth::manifest("cache", &[prefill, decode])
+        .write(dir.path())
+        .expect("manifest");
+    let v = validator();
+    for rules in ["reference", "default", "default@1.0.0"] {
+        let s = score_dir(dir.path(), &RuleSet::builtin(rules).expect("rules")).expect("scored");
+        let json: serde_json::Value = serde_json::from_str(&render::json(&s)).expect("json");
+        let errors: Vec<String> = v.iter_errors(&json).map(|e| e.to_string()).collect();
+        assert!(errors.is_empty(), "{rules}: {errors:#?}");
+    }
+    let s = score_dir(dir.path(), &RuleSet::builtin("default").expect("rules")).expect("scored");
+    let json = render::json(&s);
+    assert!(json.contains("\"scout_cached\"") && json.contains("\"cold_prefill\""));
+}

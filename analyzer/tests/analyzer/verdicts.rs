@@ -166,3 +166,90 @@ fn scoring_is_deterministic() {
     let b = tokentrace_analyzer::render::json(&score_dir(dir.path(), &rules).expect("b"));
     assert_eq!(a, b);
 }
+
+/// A scout answered from the prefix cache is never a Valid prefill, and a decode request
+/// that prefilled cold is named; the default set keeps it out of the TTFT median, the
+/// reference set keeps it in (default 1.0.0 predates both checks).
+#[test]
+fn a_cached_scout_and_a_cold_decode_request_are_named() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let prefill = CellKey::new(Phase::Prefill, 2048, 1);
+    synth::write_prefill_cell_cached(dir.path(), prefill, 2_000_000, 2047).expect("prefill");
+    // Request 1 of 4 prefilled cold: 20 s before its first token.
+    let decode = DecodeSpec {
+        cold: Some((1, 20_000_000_000)),
+        ..DecodeSpec::new(key(4), 15_000)
+    };
+    synth::write_decode_cell(dir.path(), &decode).expect("decode");
+    synth::manifest("cache", &[prefill, key(4)])
+        .write(dir.path())
+        .expect("manifest");
+    let score = |rules: &str| {
+        score_dir(dir.path(), &RuleSet::builtin(rules).expect("rules")).expect("scored")
+    };
+    let ttft = |s: &Scoring| {
+        s.cells[1]
+            .figures
+            .as_ref()
+            .and_then(|f| f.ttft_ms.median)
+            .expect("ttft")
+    };
+
+    let default = score("default");
+    let scout = &default.cells[0];
+    assert_eq!(scout.verdict, Some(Verdict::PrefillCached));
+    assert!(matches!(
+        scout.evidence[..],
+        [Evidence::ScoutCached {
+            cached_tokens: 2047,
+            prompt_tokens: 2048,
+            ..
+        }]
+    ));
+    let cold: Vec<_> = default.cells[1]
+        .warnings
+        .iter()
+        .filter_map(|w| match w {
+            Warning::ColdPrefill {
+                requests,
+                excluded_from_ttft,
+                ..
+            } => Some((requests.clone(), *excluded_from_ttft)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(cold.len(), 1, "{:?}", default.cells[1].warnings);
+    let (requests, excluded) = &cold[0];
+    assert!(excluded);
+    assert_eq!(requests.len(), 1);
+    assert_eq!(requests[0].cached_tokens, 0);
+    assert!(requests[0].ttft_ms.is_some_and(|t| t >= 20_000.0));
+    let md = tokentrace_analyzer::render::render(
+        &default,
+        tokentrace_analyzer::render::Format::Markdown,
+    );
+    assert!(md.contains("| 2K | — | — | Served from cache |"), "{md}");
+    assert!(md.contains("prefilled cold"), "{md}");
+
+    let reference = score("reference");
+    assert_eq!(reference.cells[0].verdict, Some(Verdict::PrefillCached));
+    assert!(reference.cells[1].warnings.iter().any(|w| matches!(
+        w,
+        Warning::ColdPrefill {
+            excluded_from_ttft: false,
+            ..
+        }
+    )));
+    let old = score("default@1.0.0");
+    assert_eq!(
+        old.cells[0].verdict,
+        Some(Verdict::Valid),
+        "1.0.0 had no cache check"
+    );
+    // The cold request's 20 s is in the 1.0.0 median's input; not in 1.1.0's.
+    let (with_cold, without) = (ttft(&old), ttft(&default));
+    assert!(
+        without < 200.0 && without <= with_cold,
+        "{without} vs {with_cold}"
+    );
+}
