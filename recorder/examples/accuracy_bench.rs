@@ -89,14 +89,17 @@ async fn one(streams: u32, window: Duration) -> Result<String, String> {
         tokens: Default::default(),
     };
     let prompt = Tokenizer::new().prompt_of(64, 1);
-    let body = json!({"prompt": prompt, "max_tokens": 100, "stream": true, "ignore_eos": true, "return_token_ids": true,
-                      "stream_options": {"include_usage": true}})
-    .to_string();
+    let body = |n: u32| {
+        json!({"prompt": prompt, "max_tokens": n, "stream": true, "ignore_eos": true, "return_token_ids": true,
+               "stream_options": {"include_usage": true}})
+        .to_string()
+    };
     let key = CellKey::new(Phase::Decode, 64, streams);
     let plan = CellPlan {
         key,
-        body: body.clone().into(),
-        scout_body: body.into(),
+        body: body(100).into(),
+        scout_body: body(100).into(),
+        prime_body: body(16).into(),
         prompt_tokens: 64,
         max_tokens: 100,
         window,

@@ -33,6 +33,13 @@ pub use tokentrace_schemas::protocol::{CLIENT_CPU_METRIC, CLIENT_LAG_METRIC};
 pub const NO_METRICS_WAIT: Duration = Duration::from_secs(1);
 /// Tokens a prefill scout asks for (its TTFT is the measurement).
 pub const SCOUT_MAX_TOKENS: i32 = 16;
+/// Tokens a priming request asks for: enough that the N primes of a round run at the
+/// same time on the server (one per slot), not one after another on the same slot.
+pub const PRIME_MAX_TOKENS: i32 = 16;
+/// Most rounds of priming requests before a decode cell's warm-up.
+pub const PRIME_ROUNDS: u32 = 3;
+/// A request with less than this share of its prompt served from cache prefilled cold.
+pub const WARM_FRACTION: f64 = 0.5;
 
 /// Why a cell failed.
 #[derive(Debug, thiserror::Error)]
@@ -76,6 +83,8 @@ pub struct CellPlan {
     pub body: bytes::Bytes,
     /// The body of the prefill scout (same prompt, few tokens).
     pub scout_body: bytes::Bytes,
+    /// The body of a priming request (same prompt, [`PRIME_MAX_TOKENS`] tokens).
+    pub prime_body: bytes::Bytes,
     pub prompt_tokens: i32,
     pub max_tokens: i32,
     pub window: Duration,
@@ -404,6 +413,67 @@ pub async fn record_prefill(
     finish(cell, handle).await
 }
 
+/// Fills the server's prompt cache for every stream before the warm-up: N short
+/// requests at once, and again while any of them prefilled cold (an engine with
+/// per-slot caches serves a prompt only on the slots that saw it), at most
+/// [`PRIME_ROUNDS`] rounds. Says how each round went in a note event.
+async fn prime(cell: &Arc<Cell>, n: u32) {
+    let (_cancel_tx, cancel) = watch::channel(false);
+    for round in 1..=PRIME_ROUNDS {
+        let requests = (0..n).map(|slot| {
+            let cell = cell.clone();
+            let cancel = cancel.clone();
+            async move {
+                let mut stop = cancel.clone();
+                if !cell.paced(&mut stop).await {
+                    return None;
+                }
+                let slot = i32::try_from(slot).unwrap_or(i32::MAX);
+                let spec = cell.spec(
+                    Some(slot),
+                    Role::Prime,
+                    &cell.plan.prime_body,
+                    PRIME_MAX_TOKENS,
+                );
+                let ctl = RunCtl {
+                    counting: cell.ctx.counting,
+                    stall_timeout: cell.ctx.stall_timeout,
+                    cancel,
+                    first_token: None,
+                };
+                let mut lane = Lane::new(cell.ctx.transport.clone());
+                let ran = client::run(&mut lane, &spec, ctl, &cell.ctx.clock, &cell.tx).await;
+                cell.account(&ran);
+                Some(ran)
+            }
+        });
+        let ran: Vec<client::Ran> = futures_util::future::join_all(requests)
+            .await
+            .into_iter()
+            .flatten()
+            .collect();
+        let known: Vec<(i32, i32)> = ran
+            .iter()
+            .filter_map(|r| r.cached_tokens.zip(r.prompt_tokens))
+            .collect();
+        let cold = known
+            .iter()
+            .filter(|(c, p)| f64::from(*c) < WARM_FRACTION * f64::from(*p))
+            .count();
+        let detail = format!(
+            "prime: round {round}, {} requests, {cold} cold of {} whose cache use the server said",
+            ran.len(),
+            known.len()
+        );
+        cell.event(EventKind::Note, None, Some(detail)).await;
+        // Done when every prime was warm, or when the server does not say (nothing
+        // more to learn), or when the cell gave up.
+        if cold == 0 || known.is_empty() || cell.pacer.gave_up().is_some() {
+            return;
+        }
+    }
+}
+
 /// Records a decode cell: N closed-loop streams through warm-up, window, cancel, drain.
 pub async fn record_decode(
     ctx: &RunCtx,
@@ -430,6 +500,7 @@ pub async fn record_decode(
     };
 
     cell.event(EventKind::WarmupStart, None, None).await;
+    prime(&cell, n).await;
     let window_open = Arc::new(AtomicBool::new(false));
     let window_closed = Arc::new(AtomicBool::new(false));
     let (cancel_tx, cancel_rx) = watch::channel(false);

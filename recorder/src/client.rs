@@ -104,6 +104,9 @@ pub struct Ran {
     pub refused: Option<Refusal>,
     /// Whether the request streamed at least one token.
     pub produced: bool,
+    /// Prompt tokens, and those served from the prefix cache, as the server said.
+    pub prompt_tokens: Option<i32>,
+    pub cached_tokens: Option<i32>,
 }
 
 /// A closed-loop worker's way to the server: its transport and the connection it keeps
@@ -461,11 +464,14 @@ impl Req<'_> {
                 })
                 .await;
         }
+        let (prompt_tokens, cached_tokens) = (row.prompt_tokens_server, row.cached_tokens_server);
         let _ = self.out.send(Record::Request(Box::new(row))).await;
         Ran {
             first_token: self.first_token,
             refused,
             produced: !no_token,
+            prompt_tokens,
+            cached_tokens,
         }
     }
 }

@@ -29,6 +29,10 @@ str_enum! {
         Measured = "measured",
         /// A capability probe (stream options, tokenizer), outside the matrix.
         Probe = "probe",
+        /// A short request of a decode cell, sent before the warm-up so that the
+        /// server's prompt cache holds the prompt for every stream (every slot, on
+        /// engines with per-slot caches). Not part of any figure.
+        Prime = "prime",
     }
 }
 

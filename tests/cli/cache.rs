@@ -73,3 +73,68 @@ async fn a_second_run_against_the_same_server_prefills_cold() {
         "prefill {first:.0} then {second:.0} tok/s"
     );
 }
+
+/// An engine with per-slot prompt caches (llama.cpp's default) serves the scout's warm
+/// prompt only on the slot that ran it. The recorder primes every slot before the
+/// warm-up (again while any prime was cold), so no stream's TTFT holds a cold prefill.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_slot_is_warm_before_the_window_on_per_slot_caches() {
+    let mut profile = Profile::load("tiny").expect("tiny");
+    profile.per_slot_cache = true;
+    profile.max_num_seqs = 3;
+    // 10 ms steps: a round's primes overlap on the server even on a loaded machine.
+    profile.step_ms = tokentrace_sim::profile::Curve::try_from(vec![[1.0, 10.0]]).expect("curve");
+    let addr: SocketAddr = "127.0.0.1:0".parse().expect("addr");
+    let sim = SimServer::start(profile, addr).await.expect("sim");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let out = dir.path().join("run");
+    let mut opts = options(&sim.url(), &out);
+    opts.contexts = vec![4096];
+    opts.concurrency = vec![3];
+    opts.window = Duration::from_millis(800);
+    // Short requests, so that many finish (and report their cached tokens) in the window.
+    opts.max_tokens = 30;
+    runner::record(&opts, |_| {}).await.expect("recorded");
+    sim.stop();
+    let decode = list_cells(&out)
+        .expect("cells")
+        .into_iter()
+        .find(|(k, _)| k.phase == Phase::Decode)
+        .expect("decode cell")
+        .1;
+    let rows = read_table::<Requests>(&decode.join("requests.parquet")).expect("requests");
+    let cold = |r: &tokentrace_schemas::tables::RequestRow| {
+        r.cached_tokens_server
+            .zip(r.prompt_tokens_server)
+            .is_some_and(|(c, p)| c * 2 < p)
+    };
+    // The trap is there: the first primes land on slots that never saw the prompt.
+    assert!(
+        rows.iter().any(|r| r.role == Role::Prime && cold(r)),
+        "some prime prefilled cold"
+    );
+    let streams: Vec<_> = rows
+        .iter()
+        .filter(|r| matches!(r.role, Role::Warmup | Role::Measured))
+        .collect();
+    assert!(streams.iter().any(|r| r.cached_tokens_server.is_some()));
+    for r in &streams {
+        assert!(
+            !cold(r),
+            "request {} prefilled cold: {:?} cached",
+            r.request_id,
+            r.cached_tokens_server
+        );
+    }
+    let s = score_dir(&out, &RuleSet::builtin("default").expect("rules")).expect("scored");
+    for c in &s.cells {
+        assert!(
+            !c.warnings.iter().any(|w| matches!(
+                w,
+                tokentrace_analyzer::contract::Warning::ColdPrefill { .. }
+            )),
+            "{:?}",
+            c.warnings
+        );
+    }
+}

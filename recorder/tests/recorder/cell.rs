@@ -53,6 +53,7 @@ fn plan(key: CellKey, max_tokens: i32) -> CellPlan {
         key,
         body: body(max_tokens),
         scout_body: body(16),
+        prime_body: body(16),
         prompt_tokens: key.context as i32,
         max_tokens,
         window: Duration::from_millis(600),
@@ -105,15 +106,27 @@ async fn a_decode_cell_is_recorded_whole() {
             .sum();
         if r.end_reason == EndReason::FinishedLength {
             assert_eq!(Some(streamed), r.completion_tokens_server);
-            assert_eq!(streamed, 100);
+            // Priming requests ask for 16 tokens; the streams for 100.
+            let want = if r.role == Role::Prime { 16 } else { 100 };
+            assert_eq!(streamed, want);
         }
         assert!(r.request_id >= 1_000_000);
     }
     let kinds: Vec<EventKind> = events
         .iter()
         .map(|e| e.kind)
-        .filter(|k| *k != EventKind::Fault)
+        .filter(|k| *k != EventKind::Fault && *k != EventKind::Note)
         .collect();
+    // One note per priming round: the first may be cold (no scout ran before it).
+    let primes = events
+        .iter()
+        .filter(|e| {
+            e.detail
+                .as_deref()
+                .is_some_and(|d| d.starts_with("prime: round"))
+        })
+        .count();
+    assert!((1..=3).contains(&primes), "{primes} priming rounds");
     assert_eq!(
         kinds,
         vec![
