@@ -106,8 +106,11 @@ fn record(cmd: &RecordCmd) -> anyhow::Result<ExitCode> {
         .map_err(anyhow::Error::msg)
         .context("recording failed")?
     {
-        Outcome::Interrupted => {
-            eprintln!("interrupted: the cell in flight was not committed; finish with --resume");
+        Outcome::Interrupted(lines) => {
+            for l in &lines {
+                eprintln!("interrupted: {l}");
+            }
+            eprintln!("interrupted: finish the run with --resume");
             Ok(ExitCode::from(130))
         }
         Outcome::Done(m) => {

@@ -87,6 +87,7 @@ async fn one(streams: u32, window: Duration) -> Result<String, String> {
         drain_timeout: Duration::from_secs(60),
         counting: TokenCounting::TokenIds,
         tokens: Default::default(),
+        writers: Default::default(),
     };
     let prompt = Tokenizer::new().prompt_of(64, 1);
     let body = |n: u32| {

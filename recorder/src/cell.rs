@@ -5,7 +5,7 @@
 
 use std::path::Path;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use tokentrace_schemas::clock::{RunClock, process_cpu_ns};
@@ -73,6 +73,17 @@ pub struct RunCtx {
     pub counting: TokenCounting,
     /// Tokens written so far, for progress displays.
     pub tokens: Arc<AtomicU64>,
+    /// The session's cell writers.
+    pub writers: Arc<Writers>,
+}
+
+/// The cell writers of a recording session: how many still run, and whether the session
+/// is stopping (Ctrl-C), in which case a writer that has not been told to commit drops
+/// its cell at once.
+#[derive(Debug, Default)]
+pub struct Writers {
+    pub running: AtomicUsize,
+    pub stop: AtomicBool,
 }
 
 /// One cell to record.
@@ -185,6 +196,7 @@ fn writer_loop(
     mut w: CellWriter,
     mut rx: mpsc::Receiver<Record>,
     tokens: Arc<AtomicU64>,
+    stop: &AtomicBool,
 ) -> Result<CellMeta, CellError> {
     let mut commit = false;
     loop {
@@ -194,6 +206,10 @@ fn writer_loop(
         let r = match rx.try_recv() {
             Ok(r) => r,
             Err(mpsc::error::TryRecvError::Empty) => {
+                // Stopping before the cell was told to commit: nothing of it is kept.
+                if !commit && stop.load(Ordering::Acquire) {
+                    return Err(CellError::Abandoned);
+                }
                 std::thread::sleep(WRITER_POLL);
                 continue;
             }
@@ -299,7 +315,13 @@ async fn start(
     let writer = CellWriter::create(run, plan.key)?;
     let (tx, rx) = mpsc::channel(WRITER_QUEUE);
     let tokens = ctx.tokens.clone();
-    let handle = tokio::task::spawn_blocking(move || writer_loop(writer, rx, tokens));
+    let writers = ctx.writers.clone();
+    writers.running.fetch_add(1, Ordering::AcqRel);
+    let handle = tokio::task::spawn_blocking(move || {
+        let r = writer_loop(writer, rx, tokens, &writers.stop);
+        writers.running.fetch_sub(1, Ordering::AcqRel);
+        r
+    });
     let cell = Arc::new(Cell {
         ctx: ctx.clone(),
         plan: plan.clone(),

@@ -257,6 +257,7 @@ impl RecordArgs {
             launch_command,
             api_key,
             progress: Default::default(),
+            writers: Default::default(),
         })
     }
 }
@@ -265,9 +266,13 @@ impl RecordArgs {
 #[derive(Debug)]
 pub enum Outcome {
     Done(Box<Manifest>),
-    /// Ctrl-C: the cell in flight was not committed; `--resume` finishes the run.
-    Interrupted,
+    /// Ctrl-C: lines saying what became of the cell in flight; `--resume` finishes the
+    /// run.
+    Interrupted(Vec<String>),
 }
+
+/// Longest wait, after Ctrl-C, for a commit under way to finish.
+pub const COMMIT_WAIT: Duration = Duration::from_secs(60);
 
 /// How a finished run ends for the shell: 0 when every cell is complete, 1 when any cell
 /// failed, 3 when some were skipped and none failed; with a line naming them.
@@ -337,11 +342,22 @@ pub fn run_at(
             r = runner::record(&opts, |p| display.show(p)) => {
                 r.map(|m| Outcome::Done(Box::new(m))).map_err(|e| e.to_string())
             }
-            _ = tokio::signal::ctrl_c() => Ok(Outcome::Interrupted),
+            _ = tokio::signal::ctrl_c() => Ok(Outcome::Interrupted(Vec::new())),
         };
         display.finish();
-        if matches!(outcome, Ok(Outcome::Interrupted)) {
-            mark_interrupted(&opts.out);
+        if matches!(outcome, Ok(Outcome::Interrupted(_))) {
+            // A commit already under way finishes (its writer is a thread of its own);
+            // a cell that had not reached its commit is dropped. Then the manifest is
+            // made to say what is on disk.
+            use std::sync::atomic::Ordering;
+            opts.writers.stop.store(true, Ordering::Release);
+            let deadline = std::time::Instant::now() + COMMIT_WAIT;
+            while opts.writers.running.load(Ordering::Acquire) > 0
+                && std::time::Instant::now() < deadline
+            {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+            return Ok(Outcome::Interrupted(settle_interrupted(&opts.out)));
         }
         outcome
     })
@@ -432,25 +448,45 @@ impl Display {
     }
 }
 
-/// After Ctrl-C: the cell that was recording (its staging folder exists, it is not
-/// complete) is marked `interrupted` in the manifest; `--resume` redoes it.
-fn mark_interrupted(run: &std::path::Path) {
+/// After Ctrl-C, once no cell writer runs: the manifest is made to match the disk. A
+/// cell whose commit finished is `complete`; a cell that was recording (its staging
+/// folder exists) is `interrupted` and its staging folder goes. Returns what it did, one
+/// line per cell.
+pub fn settle_interrupted(run: &std::path::Path) -> Vec<String> {
+    use tokentrace_schemas::layout::{CELL_FILE, STAGING_DIR};
     use tokentrace_schemas::manifest::CellStatus;
     let Ok(mut m) = Manifest::read(run) else {
-        return;
+        return vec!["stopped before the manifest was written: nothing recorded".to_string()];
     };
-    let staging = run.join(tokentrace_schemas::layout::STAGING_DIR);
+    let staging = run.join(STAGING_DIR);
+    let mut said = Vec::new();
     let mut changed = false;
     for c in &mut m.cells {
-        if c.status != CellStatus::Complete && staging.join(c.key().partition_path()).exists() {
+        let key = c.key();
+        let committed = key.dir(run).join(CELL_FILE).exists();
+        if committed && c.status != CellStatus::Complete {
+            c.status = CellStatus::Complete;
+            c.reason = None;
+            changed = true;
+            said.push(format!("{key}: its commit finished before the stop; kept"));
+        } else if !committed && staging.join(key.partition_path()).exists() {
             c.status = CellStatus::Interrupted;
             c.reason = Some("stopped by Ctrl-C while recording; --resume redoes it".to_string());
             changed = true;
+            said.push(format!(
+                "{key}: stopped before its commit; not kept, --resume redoes it"
+            ));
         }
     }
     if changed && let Err(e) = m.write(run) {
-        eprintln!("could not mark the interrupted cell in the manifest: {e}");
+        said.push(format!("could not update the manifest: {e}"));
     }
+    if staging.exists()
+        && let Err(e) = std::fs::remove_dir_all(&staging)
+    {
+        said.push(format!("could not remove {}: {e}", staging.display()));
+    }
+    said
 }
 
 #[cfg(test)]

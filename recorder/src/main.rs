@@ -38,8 +38,11 @@ fn main() -> ExitCode {
             line.iter().for_each(|l| eprintln!("{l}"));
             ExitCode::from(code)
         }
-        Ok(Outcome::Interrupted) => {
-            eprintln!("interrupted: the cell in flight was not committed; finish with --resume");
+        Ok(Outcome::Interrupted(lines)) => {
+            for l in &lines {
+                eprintln!("interrupted: {l}");
+            }
+            eprintln!("interrupted: finish the run with --resume");
             ExitCode::from(130)
         }
         Err(e) => {

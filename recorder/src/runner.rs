@@ -58,6 +58,9 @@ pub struct RecordOptions {
     pub api_key: Option<String>,
     /// Counts tokens as they are written, for a progress display.
     pub progress: std::sync::Arc<std::sync::atomic::AtomicU64>,
+    /// The session's cell writers (a commit may outlive a stopped recording): an
+    /// interrupt stops them and waits for none to run before it settles the manifest.
+    pub writers: Arc<cell::Writers>,
 }
 
 /// Why a run stopped.
@@ -205,6 +208,15 @@ pub async fn record(
             .out
             .join(tokentrace_schemas::layout::MANIFEST_FILE)
             .exists();
+    // Staging folders of an earlier session (killed mid-cell or mid-commit) hold
+    // nothing committed: they go.
+    if opts.resume {
+        let staging = opts.out.join(tokentrace_schemas::layout::STAGING_DIR);
+        if staging.exists() {
+            std::fs::remove_dir_all(&staging)
+                .map_err(|e| tokentrace_schemas::Error::io(&staging, e))?;
+        }
+    }
     if !opts.resume && opts.out.exists() {
         return Err(RecordError::Exists(opts.out.clone()));
     }
@@ -328,6 +340,7 @@ pub async fn record(
         drain_timeout: opts.drain_timeout,
         counting: info.counting,
         tokens: opts.progress.clone(),
+        writers: opts.writers.clone(),
     };
     let total = manifest.cells.len();
     let mut prompts: std::collections::BTreeMap<u32, (Value, u32)> = Default::default();

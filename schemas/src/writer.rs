@@ -294,6 +294,14 @@ impl CellWriter {
         };
         write_json(&staging.join(CELL_FILE), &meta)?;
         fsutil::sync_dir(&staging)?;
+        // Fault injection for the interrupt tests: hold the commit between its commit
+        // mark and its rename, so that a signal can be sent inside it.
+        if let Some(ms) = std::env::var("TOKENTRACE_TEST_COMMIT_DELAY_MS")
+            .ok()
+            .and_then(|v| v.parse::<u64>().ok())
+        {
+            std::thread::sleep(std::time::Duration::from_millis(ms));
+        }
         let parent = target.parent().ok_or_else(|| Error::BadCellPath {
             path: target.clone(),
         })?;

@@ -107,6 +107,7 @@ fn options(url: &str, out: &Path, endpoint: Endpoint) -> RecordOptions {
         ),
         api_key: None,
         progress: Default::default(),
+        writers: Default::default(),
     }
 }
 

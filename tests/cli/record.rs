@@ -47,6 +47,7 @@ pub fn options(target: &str, out: &Path) -> RecordOptions {
         launch_command: Some("vllm serve m --api-key sk-123 --port 8000".to_string()),
         api_key: None,
         progress: Default::default(),
+        writers: Default::default(),
     }
 }
 
@@ -464,4 +465,94 @@ async fn chat_prompts_are_exact_and_oversized_cells_are_skipped() {
         }
     }
     assert!(with_usage >= 3, "{with_usage} requests reported usage");
+}
+
+/// Every `.staging/**/cell.json` under `run` (a commit between its mark and its rename).
+fn staged_marks(run: &Path) -> Vec<std::path::PathBuf> {
+    fn walk(dir: &Path, out: &mut Vec<std::path::PathBuf>) {
+        for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+            let p = entry.path();
+            if p.is_dir() {
+                walk(&p, out);
+            } else if p.file_name().is_some_and(|n| n == "cell.json") {
+                out.push(p);
+            }
+        }
+    }
+    let mut out = Vec::new();
+    walk(&run.join(".staging"), &mut out);
+    out
+}
+
+/// The manifest says what is on disk: a cell is complete exactly when its folder holds
+/// a commit mark, and no staging folder is left.
+fn assert_manifest_matches_disk(run: &Path) {
+    let m = Manifest::read(run).expect("manifest");
+    for c in &m.cells {
+        let on_disk = c.key().dir(run).join("cell.json").exists();
+        assert_eq!(
+            c.status == CellStatus::Complete,
+            on_disk,
+            "{}: manifest says {:?}, folder committed: {on_disk}",
+            c.key(),
+            c.status
+        );
+    }
+    assert!(!run.join(".staging").exists(), "no staging folder left");
+}
+
+#[test]
+fn ctrl_c_during_a_commit_lets_it_finish_and_the_manifest_says_so() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let out = dir.path().join("run");
+    // Each commit holds 1.5 s between its mark and its rename: the signal lands inside.
+    let mut child = record_cmd(&out, false)
+        .env("TOKENTRACE_TEST_COMMIT_DELAY_MS", "1500")
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while staged_marks(&out).is_empty() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    assert!(
+        !staged_marks(&out).is_empty(),
+        "a commit was seen under way"
+    );
+    let sent = Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .expect("kill -INT");
+    assert!(sent.success());
+    let status = child.wait().expect("wait");
+    let mut err = String::new();
+    if let Some(mut e) = child.stderr.take() {
+        let _ = e.read_to_string(&mut err);
+    }
+    assert_eq!(status.code(), Some(130), "{err}");
+    assert!(
+        err.contains("its commit finished before the stop; kept"),
+        "{err}"
+    );
+    assert_manifest_matches_disk(&out);
+    let m = Manifest::read(&out).expect("manifest");
+    assert!(
+        m.cells.iter().any(|c| c.status == CellStatus::Complete),
+        "{:?}",
+        m.cells
+    );
+    assert!(record_cmd(&out, true).status().expect("resume").success());
+    assert_complete(&Manifest::read(&out).expect("manifest"));
+    assert_manifest_matches_disk(&out);
+}
+
+#[test]
+fn resume_of_a_folder_killed_before_its_manifest_starts_afresh() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let out = dir.path().join("run");
+    // What a kill -9 leaves before the manifest: the folder, and empty staging folders.
+    std::fs::create_dir_all(out.join(".staging/phase=decode/context=512")).expect("mkdir");
+    assert!(record_cmd(&out, true).status().expect("resume").success());
+    assert_complete(&Manifest::read(&out).expect("manifest"));
+    assert_manifest_matches_disk(&out);
 }

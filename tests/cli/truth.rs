@@ -64,6 +64,7 @@ fn options(target: String, out: &std::path::Path) -> RecordOptions {
         launch_command: None,
         api_key: None,
         progress: Default::default(),
+        writers: Default::default(),
     }
 }
 

@@ -38,6 +38,7 @@ fn ctx(sim: &SimServer) -> RunCtx {
         drain_timeout: Duration::from_secs(30),
         counting: TokenCounting::TokenIds,
         tokens: Default::default(),
+        writers: Default::default(),
     }
 }
 
