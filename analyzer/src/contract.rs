@@ -51,6 +51,8 @@ pub struct RunInfo {
     pub token_counting: Option<String>,
     /// Whether the server's `/metrics` answered.
     pub server_metrics: Option<bool>,
+    /// How prefill was measured: `scout` or `warmup` (older runs: `scout`).
+    pub prefill_mode: String,
 }
 
 /// A cell's verdict.

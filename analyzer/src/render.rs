@@ -161,7 +161,15 @@ fn markdown(s: &Scoring) -> String {
     let _ = writeln!(o, "- Endpoint: {}", r.endpoint);
     let _ = writeln!(o, "- Benchmark tool: {}", r.recorded_by);
     let _ = writeln!(o, "- Decode test: Fixed duration");
-    let _ = writeln!(o, "- Prefill mode: Cold scout request per context");
+    let _ = writeln!(
+        o,
+        "- Prefill mode: {}",
+        if r.prefill_mode == "warmup" {
+            "Measured during decode warm-up"
+        } else {
+            "Cold scout request per context"
+        }
+    );
     let _ = writeln!(o, "- Time per measurement: {} s", fixed(r.window_s, 1));
     let _ = writeln!(
         o,
@@ -263,7 +271,12 @@ fn markdown(s: &Scoring) -> String {
         if !prefill.is_empty() {
             let _ = writeln!(
                 o,
-                "TTFT is measured after the prefill scout warmed the server's prompt cache, so it mostly excludes prefill."
+                "{}",
+                if r.prefill_mode == "warmup" {
+                    "TTFT is measured after the warm-up filled the server's prompt cache, so it mostly excludes prefill."
+                } else {
+                    "TTFT is measured after the prefill scout warmed the server's prompt cache, so it mostly excludes prefill."
+                }
             );
         }
     }

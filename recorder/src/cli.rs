@@ -5,7 +5,8 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use tokentrace_schemas::manifest::Manifest;
+use tokentrace_schemas::column::StrEnum;
+use tokentrace_schemas::manifest::{Manifest, PrefillMode};
 use tokentrace_schemas::tables::Endpoint;
 
 use crate::runner::{self, RecordOptions};
@@ -20,6 +21,10 @@ fn endpoint(s: &str) -> Result<Endpoint, String> {
         "chat" => Ok(Endpoint::Chat),
         _ => Err(format!("`{s}`: expected completions or chat")),
     }
+}
+
+fn prefill_mode(s: &str) -> Result<PrefillMode, String> {
+    PrefillMode::parse(s).ok_or_else(|| format!("`{s}`: expected scout or warmup"))
 }
 
 fn key_value(s: &str) -> Result<(String, String), String> {
@@ -75,6 +80,11 @@ pub struct RecordArgs {
     /// Most tokens a prompt may differ from its context, as the server counts.
     #[arg(long, default_value_t = runner::DEFAULT_PROMPT_TOLERANCE)]
     pub prompt_tolerance: u32,
+    /// How prefill is measured: `scout` (a cold scout request per context, in a prefill
+    /// cell of its own) or `warmup` (the reference report's "Measured during decode
+    /// warm-up": the first request of each context's first decode cell).
+    #[arg(long, value_parser = prefill_mode, default_value = "scout")]
+    pub prefill_mode: PrefillMode,
     /// Finish an interrupted run in --out: complete cells are kept, the rest redone.
     #[arg(long)]
     pub resume: bool,
@@ -256,6 +266,7 @@ impl RecordArgs {
             describe: self.describe.clone(),
             launch_command,
             api_key,
+            prefill_mode: self.prefill_mode,
             progress: Default::default(),
             writers: Default::default(),
         })

@@ -9,7 +9,9 @@ use std::time::Duration;
 
 use serde_json::Value;
 use tokentrace_schemas::clock::RunClock;
-use tokentrace_schemas::manifest::{CellEntry, CellStatus, Manifest, RunConfig, Target, ToolInfo};
+use tokentrace_schemas::manifest::{
+    CellEntry, CellStatus, Manifest, PrefillMode, RunConfig, Target, ToolInfo,
+};
 use tokentrace_schemas::redact::{redact_command, redact_url};
 use tokentrace_schemas::tables::Endpoint;
 use tokentrace_schemas::{CellKey, Phase, SCHEMA_VERSION};
@@ -56,6 +58,8 @@ pub struct RecordOptions {
     pub launch_command: Option<String>,
     /// Sent as a bearer token; never written anywhere.
     pub api_key: Option<String>,
+    /// How prefill is measured.
+    pub prefill_mode: PrefillMode,
     /// Counts tokens as they are written, for a progress display.
     pub progress: std::sync::Arc<std::sync::atomic::AtomicU64>,
     /// The session's cell writers (a commit may outlive a stopped recording): an
@@ -111,7 +115,9 @@ fn cell_list(opts: &RecordOptions, limit: Option<u32>, source: Option<&str>) -> 
                 reason: reason.clone(),
             });
         };
-        push(Phase::Prefill, 1);
+        if opts.prefill_mode == PrefillMode::Scout {
+            push(Phase::Prefill, 1);
+        }
         for &n in &opts.concurrency {
             push(Phase::Decode, n);
         }
@@ -303,6 +309,7 @@ pub async fn record(
                 stall_timeout_ns: i64::try_from(opts.stall_timeout.as_nanos()).unwrap_or(i64::MAX),
                 prompt_tolerance_tokens: opts.prompt_tolerance,
                 prompt_nonces: Vec::new(),
+                prefill_mode: Some(opts.prefill_mode),
             },
             cells: cell_list(
                 opts,

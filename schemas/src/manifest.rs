@@ -115,6 +115,21 @@ pub struct RunConfig {
     /// run warmed. Empty in runs recorded before nonces.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub prompt_nonces: Vec<String>,
+    /// How prefill was measured; absent in older runs, which used `scout`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prefill_mode: Option<PrefillMode>,
+}
+
+str_enum! {
+    /// How a run measures prefill.
+    pub enum PrefillMode {
+        /// One cold scout request per context, in a prefill cell of its own.
+        Scout = "scout",
+        /// The reference report's "Measured during decode warm-up": no prefill cells;
+        /// the first request of each context's first decode cell prefilled cold, and its
+        /// TTFT is the measurement.
+        Warmup = "warmup",
+    }
 }
 
 str_enum! {

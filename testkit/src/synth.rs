@@ -473,6 +473,7 @@ pub fn manifest(run_id: &str, cells: &[CellKey]) -> Manifest {
             stall_timeout_ns: 600_000_000_000,
             prompt_tolerance_tokens: 8,
             prompt_nonces: Vec::new(),
+            prefill_mode: None,
         },
         cells: cells
             .iter()

@@ -9,7 +9,9 @@ use std::time::Duration;
 use tokentrace_analyzer::{RuleSet, score_dir};
 use tokentrace_recorder::runner;
 use tokentrace_schemas::Phase;
+use tokentrace_schemas::column::StrEnum;
 use tokentrace_schemas::layout::list_cells;
+use tokentrace_schemas::manifest::PrefillMode;
 use tokentrace_schemas::reader::read_table;
 use tokentrace_schemas::tables::{Requests, Role};
 use tokentrace_sim::{Profile, SimServer};
@@ -137,4 +139,60 @@ async fn every_slot_is_warm_before_the_window_on_per_slot_caches() {
             c.warnings
         );
     }
+}
+
+/// The reference report's prefill mode: no prefill cells; each context's prefill is the
+/// first request of its first decode cell, which prefilled cold. It agrees with a cold
+/// scout's figure, and the report names the mode.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn prefill_measured_during_decode_warm_up_agrees_with_the_scout() {
+    let addr: SocketAddr = "127.0.0.1:0".parse().expect("addr");
+    let sim = SimServer::start(Profile::load("tiny").expect("tiny"), addr)
+        .await
+        .expect("sim");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut rates = Vec::new();
+    for mode in [PrefillMode::Scout, PrefillMode::Warmup] {
+        let out = dir.path().join(mode.as_str());
+        let mut opts = options(&sim.url(), &out);
+        opts.contexts = vec![8192];
+        opts.concurrency = vec![1, 2];
+        opts.window = Duration::from_millis(300);
+        opts.prefill_mode = mode;
+        let m = runner::record(&opts, |_| {}).await.expect("recorded");
+        assert_eq!(m.config.prefill_mode, Some(mode));
+        let prefill_cells = m.cells.iter().filter(|c| c.phase == Phase::Prefill).count();
+        assert_eq!(prefill_cells, usize::from(mode == PrefillMode::Scout));
+        let s = score_dir(&out, &RuleSet::builtin("default").expect("rules")).expect("scored");
+        let cell = s
+            .cells
+            .iter()
+            .find(|c| c.phase == Phase::Prefill)
+            .expect("a prefill row in both modes");
+        assert_eq!(
+            cell.verdict,
+            Some(tokentrace_analyzer::contract::Verdict::Valid)
+        );
+        rates.push(
+            cell.figures
+                .as_ref()
+                .and_then(|f| f.prompt_tok_s)
+                .expect("rate"),
+        );
+        let md =
+            tokentrace_analyzer::render::render(&s, tokentrace_analyzer::render::Format::Markdown);
+        let named = match mode {
+            PrefillMode::Scout => "- Prefill mode: Cold scout request per context",
+            PrefillMode::Warmup => "- Prefill mode: Measured during decode warm-up",
+        };
+        assert!(md.contains(named), "{md}");
+    }
+    sim.stop();
+    let ratio = rates[1] / rates[0];
+    assert!(
+        (0.8..1.25).contains(&ratio),
+        "scout {:.0}, warm-up {:.0} tok/s",
+        rates[0],
+        rates[1]
+    );
 }

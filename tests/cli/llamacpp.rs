@@ -1,5 +1,6 @@
 //! A real engine in the loop: llama.cpp's server (xllamacpp CPU wheel, SmolLM2-135M)
-//! recorded over both endpoints, then analyzed. Installed by fixtures/llamacpp/install.sh,
+//! recorded over both endpoints, then analyzed; a second run against the warm server
+//! prefills cold again, and a context above one slot's share is skipped. Installed by fixtures/llamacpp/install.sh,
 //! which prints the two variables this test reads; without them it is skipped, except
 //! under CI (`CI` set), where it fails.
 
@@ -106,6 +107,7 @@ fn options(url: &str, out: &Path, endpoint: Endpoint) -> RecordOptions {
                 .to_string(),
         ),
         api_key: None,
+        prefill_mode: tokentrace_schemas::manifest::PrefillMode::Scout,
         progress: Default::default(),
         writers: Default::default(),
     }
@@ -302,5 +304,76 @@ async fn a_real_llama_cpp_server_is_recorded_and_analyzed() {
         assert!(report.contains("Requests queued"), "{report}");
         eprintln!("{report}");
     }
+
+    // A second run against the same, now warm, server: its scout prefills cold again
+    // (its prompts start with a nonce of their own), so its prefill is not a cache hit.
+    let first = tmp.path().join(Endpoint::Completions.to_string());
+    let second = tmp.path().join("second");
+    let mut opts = options(&server.url, &second, Endpoint::Completions);
+    opts.contexts = vec![1024];
+    opts.concurrency = vec![1];
+    runner::record(&opts, |_| {}).await.expect("second run");
+    let (a, b) = (scout_prefill(&first, 1024), scout_prefill(&second, 1024));
+    eprintln!(
+        "prefill 1024: first run {:.0} tok/s ({} cached), second run {:.0} tok/s ({} cached)",
+        a.0, a.1, b.0, b.1
+    );
+    assert!(
+        b.1 * 10 < 1024,
+        "the second scout was served from cache: {b:?}"
+    );
+    // Cold prefill both times: the same order of magnitude (a cached scout is 100×
+    // faster), with room for a loaded test machine.
+    assert!((0.5..2.0).contains(&(b.0 / a.0)), "{a:?} then {b:?}");
+
+    // A context above what one slot holds (--ctx 4096 over 2 slots: 2,048 tokens) is
+    // skipped before any request, with the limit and where it came from; the run's exit
+    // status says so.
+    let over = tmp.path().join("over");
+    let mut opts = options(&server.url, &over, Endpoint::Completions);
+    opts.contexts = vec![3000];
+    opts.concurrency = vec![1, 2];
+    let m = runner::record(&opts, |_| {}).await.expect("over-limit run");
+    for c in &m.cells {
+        assert_eq!(
+            c.status,
+            tokentrace_schemas::manifest::CellStatus::Skipped,
+            "{c:?}"
+        );
+        let reason = c.reason.as_deref().unwrap_or("");
+        assert!(reason.contains("llama.cpp per-slot n_ctx 2048"), "{reason}");
+    }
+    let (code, line) = tokentrace_recorder::cli::finished(&m);
+    assert_eq!(code, 3, "{line:?}");
     drop(server);
+}
+
+/// (prompt tok/s, cached tokens) of the scout of `context` in `run`.
+fn scout_prefill(run: &Path, context: u32) -> (f64, i32) {
+    let s = score_dir(run, &RuleSet::builtin("default").expect("rules")).expect("scored");
+    let cell = s
+        .cells
+        .iter()
+        .find(|c| c.phase == tokentrace_schemas::Phase::Prefill && c.context == context)
+        .expect("prefill cell");
+    assert_eq!(cell.verdict, Some(Verdict::Valid), "{cell:?}");
+    let rate = cell
+        .figures
+        .as_ref()
+        .and_then(|f| f.prompt_tok_s)
+        .expect("prompt tok/s");
+    let dir = list_cells(run)
+        .expect("cells")
+        .into_iter()
+        .find(|(k, _)| k.phase == tokentrace_schemas::Phase::Prefill && k.context == context)
+        .expect("prefill folder")
+        .1;
+    let cached = read_table::<Requests>(&dir.join("requests.parquet"))
+        .expect("requests")
+        .into_iter()
+        .rev()
+        .find(|r| r.role == Role::Scout)
+        .and_then(|r| r.cached_tokens_server)
+        .expect("llama.cpp says its cached tokens");
+    (rate, cached)
 }

@@ -46,6 +46,7 @@ pub fn options(target: &str, out: &Path) -> RecordOptions {
         describe: vec![("hardware".to_string(), "loopback".to_string())],
         launch_command: Some("vllm serve m --api-key sk-123 --port 8000".to_string()),
         api_key: None,
+        prefill_mode: tokentrace_schemas::manifest::PrefillMode::Scout,
         progress: Default::default(),
         writers: Default::default(),
     }

@@ -63,6 +63,7 @@ fn options(target: String, out: &std::path::Path) -> RecordOptions {
         describe: Vec::new(),
         launch_command: None,
         api_key: None,
+        prefill_mode: tokentrace_schemas::manifest::PrefillMode::Scout,
         progress: Default::default(),
         writers: Default::default(),
     }

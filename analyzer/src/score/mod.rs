@@ -12,7 +12,7 @@ use std::path::Path;
 
 use tokentrace_schemas::column::StrEnum;
 use tokentrace_schemas::layout::{CellKey, Phase};
-use tokentrace_schemas::manifest::CellStatus;
+use tokentrace_schemas::manifest::{CellStatus, PrefillMode};
 
 use crate::contract::{
     CellScore, CellScoreState, Evidence, FORMAT, FORMAT_VERSION, RunInfo, Scoring, Verdict,
@@ -73,6 +73,30 @@ pub fn score(run: &Run, rules: &RuleSet) -> Result<Scoring> {
             }
         }
     }
+    // Measured during decode warm-up: each context's prefill is the first request of
+    // its first complete decode cell.
+    let prefill_mode = m.config.prefill_mode.unwrap_or(PrefillMode::Scout);
+    if prefill_mode == PrefillMode::Warmup {
+        for &context in &m.config.contexts {
+            let first = run
+                .cells
+                .iter()
+                .filter_map(|c| match c {
+                    CellState::Complete { key, .. }
+                        if key.phase == Phase::Decode && key.context == context =>
+                    {
+                        Some(*key)
+                    }
+                    _ => None,
+                })
+                .min_by_key(|k| k.concurrency);
+            if let Some(decode) = first {
+                let key = CellKey::new(Phase::Prefill, context, 1);
+                let view = PrefillView::first_of(key, decode, &loaded);
+                cells.insert(key, score_prefill(view, rules));
+            }
+        }
+    }
     Ok(Scoring {
         format: FORMAT.to_string(),
         format_version: FORMAT_VERSION,
@@ -96,6 +120,7 @@ pub fn score(run: &Run, rules: &RuleSet) -> Result<Scoring> {
             ignore_eos: m.config.ignore_eos,
             token_counting: m.capabilities.token_counting.clone(),
             server_metrics: m.capabilities.metrics,
+            prefill_mode: prefill_mode.as_str().to_string(),
         },
         cells: cells.into_values().collect(),
     })

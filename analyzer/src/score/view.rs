@@ -59,6 +59,24 @@ impl<'a> PrefillView<'a> {
     }
 }
 
+impl<'a> PrefillView<'a> {
+    /// Prefill measured during decode warm-up: the first request sent in the `decode`
+    /// cell (a prime, or a warm-up in runs without primes) prefilled cold; it stands
+    /// for the scout of the prefill cell `key`.
+    pub fn first_of(key: CellKey, decode: CellKey, loaded: &'a Loaded) -> Self {
+        let all = requests(loaded, decode);
+        let first = |role: Role| {
+            all.iter()
+                .filter(|r| r.role == role && r.sent_ns.is_some())
+                .min_by_key(|r| r.sent_ns)
+        };
+        let scout = first(Role::Prime)
+            .or_else(|| first(Role::Warmup))
+            .map(|r| stream(loaded, r));
+        PrefillView { key, scout }
+    }
+}
+
 /// A decode cell with a measurement window.
 #[derive(Debug)]
 pub struct DecodeView<'a> {
