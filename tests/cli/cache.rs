@@ -18,14 +18,20 @@ use tokentrace_sim::{Profile, SimServer};
 
 use crate::record::options;
 
-/// (prompt tok/s, cached tokens) of the run's one prefill scout.
-fn prefill(run: &Path) -> (f64, Option<i32>) {
+/// (prompt tok/s, cached tokens) of the scout of `context` in `run`, whose prefill
+/// cell must be Valid under the default rules.
+pub fn prefill(run: &Path, context: u32) -> (f64, Option<i32>) {
     let s = score_dir(run, &RuleSet::builtin("default").expect("rules")).expect("scored");
     let cell = s
         .cells
         .iter()
-        .find(|c| c.phase == Phase::Prefill)
+        .find(|c| c.phase == Phase::Prefill && c.context == context)
         .expect("prefill cell");
+    assert_eq!(
+        cell.verdict,
+        Some(tokentrace_analyzer::contract::Verdict::Valid),
+        "{cell:?}"
+    );
     let rate = cell
         .figures
         .as_ref()
@@ -34,12 +40,14 @@ fn prefill(run: &Path) -> (f64, Option<i32>) {
     let dir = list_cells(run)
         .expect("cells")
         .into_iter()
-        .find(|(k, _)| k.phase == Phase::Prefill)
+        .find(|(k, _)| k.phase == Phase::Prefill && k.context == context)
         .expect("prefill folder")
         .1;
+    // A refused scout is sent again: the last one is the measurement.
     let scout = read_table::<Requests>(&dir.join("requests.parquet"))
         .expect("requests")
         .into_iter()
+        .rev()
         .find(|r| r.role == Role::Scout)
         .expect("scout");
     (rate, scout.cached_tokens_server)
@@ -61,7 +69,7 @@ async fn a_second_run_against_the_same_server_prefills_cold() {
         opts.window = Duration::from_millis(300);
         let m = runner::record(&opts, |_| {}).await.expect("recorded");
         assert_eq!(m.config.prompt_nonces.len(), 1, "{name}: one nonce");
-        runs.push((prefill(&out), m.config.prompt_nonces[0].clone()));
+        runs.push((prefill(&out, 8192), m.config.prompt_nonces[0].clone()));
     }
     sim.stop();
     let ((first, first_cached), first_nonce) = &runs[0];

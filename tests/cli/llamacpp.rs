@@ -313,7 +313,13 @@ async fn a_real_llama_cpp_server_is_recorded_and_analyzed() {
     opts.contexts = vec![1024];
     opts.concurrency = vec![1];
     runner::record(&opts, |_| {}).await.expect("second run");
-    let (a, b) = (scout_prefill(&first, 1024), scout_prefill(&second, 1024));
+    let cached = |(rate, cached): (f64, Option<i32>)| {
+        (rate, cached.expect("llama.cpp says its cached tokens"))
+    };
+    let (a, b) = (
+        cached(crate::cache::prefill(&first, 1024)),
+        cached(crate::cache::prefill(&second, 1024)),
+    );
     eprintln!(
         "prefill 1024: first run {:.0} tok/s ({} cached), second run {:.0} tok/s ({} cached)",
         a.0, a.1, b.0, b.1
@@ -346,34 +352,4 @@ async fn a_real_llama_cpp_server_is_recorded_and_analyzed() {
     let (code, line) = tokentrace_recorder::cli::finished(&m);
     assert_eq!(code, 3, "{line:?}");
     drop(server);
-}
-
-/// (prompt tok/s, cached tokens) of the scout of `context` in `run`.
-fn scout_prefill(run: &Path, context: u32) -> (f64, i32) {
-    let s = score_dir(run, &RuleSet::builtin("default").expect("rules")).expect("scored");
-    let cell = s
-        .cells
-        .iter()
-        .find(|c| c.phase == tokentrace_schemas::Phase::Prefill && c.context == context)
-        .expect("prefill cell");
-    assert_eq!(cell.verdict, Some(Verdict::Valid), "{cell:?}");
-    let rate = cell
-        .figures
-        .as_ref()
-        .and_then(|f| f.prompt_tok_s)
-        .expect("prompt tok/s");
-    let dir = list_cells(run)
-        .expect("cells")
-        .into_iter()
-        .find(|(k, _)| k.phase == tokentrace_schemas::Phase::Prefill && k.context == context)
-        .expect("prefill folder")
-        .1;
-    let cached = read_table::<Requests>(&dir.join("requests.parquet"))
-        .expect("requests")
-        .into_iter()
-        .rev()
-        .find(|r| r.role == Role::Scout)
-        .and_then(|r| r.cached_tokens_server)
-        .expect("llama.cpp says its cached tokens");
-    (rate, cached)
 }
