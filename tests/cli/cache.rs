@@ -64,14 +64,15 @@ async fn a_second_run_against_the_same_server_prefills_cold() {
     for name in ["first", "second"] {
         let out = dir.path().join(name);
         let mut opts = options(&sim.url(), &out);
-        opts.contexts = vec![8192];
+        opts.contexts = vec![12_288];
         opts.concurrency = vec![1];
         opts.window = Duration::from_millis(300);
         let m = runner::record(&opts, |_| {}).await.expect("recorded");
         assert_eq!(m.config.prompt_nonces.len(), 1, "{name}: one nonce");
-        runs.push((prefill(&out, 8192), m.config.prompt_nonces[0].clone()));
+        runs.push((prefill(&out, 12_288), m.config.prompt_nonces[0].clone()));
     }
     sim.stop();
+    // A cached scout is ~100× faster; 1.5× leaves room for a loaded machine's jitter.
     let ((first, first_cached), first_nonce) = &runs[0];
     let ((second, second_cached), second_nonce) = &runs[1];
     assert_ne!(first_nonce, second_nonce, "each run has its own nonce");
@@ -79,7 +80,7 @@ async fn a_second_run_against_the_same_server_prefills_cold() {
     assert_eq!(*second_cached, Some(0), "the second scout is cold too");
     let ratio = second / first;
     assert!(
-        (0.8..1.25).contains(&ratio),
+        (0.67..1.5).contains(&ratio),
         "prefill {first:.0} then {second:.0} tok/s"
     );
 }
@@ -163,7 +164,7 @@ async fn prefill_measured_during_decode_warm_up_agrees_with_the_scout() {
     for mode in [PrefillMode::Scout, PrefillMode::Warmup] {
         let out = dir.path().join(mode.as_str());
         let mut opts = options(&sim.url(), &out);
-        opts.contexts = vec![8192];
+        opts.contexts = vec![12_288];
         opts.concurrency = vec![1, 2];
         opts.window = Duration::from_millis(300);
         opts.prefill_mode = mode;
@@ -198,7 +199,7 @@ async fn prefill_measured_during_decode_warm_up_agrees_with_the_scout() {
     sim.stop();
     let ratio = rates[1] / rates[0];
     assert!(
-        (0.8..1.25).contains(&ratio),
+        (0.67..1.5).contains(&ratio),
         "scout {:.0}, warm-up {:.0} tok/s",
         rates[0],
         rates[1]
