@@ -101,6 +101,7 @@ async fn one(streams: u32, window: Duration) -> Result<String, String> {
         body: body(100).into(),
         scout_body: body(100).into(),
         prime_body: body(16).into(),
+        solo_first_prime: false,
         prompt_tokens: 64,
         max_tokens: 100,
         window,

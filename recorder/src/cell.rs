@@ -96,6 +96,10 @@ pub struct CellPlan {
     pub scout_body: bytes::Bytes,
     /// The body of a priming request (same prompt, [`PRIME_MAX_TOKENS`] tokens).
     pub prime_body: bytes::Bytes,
+    /// Send the first priming request alone: with no scout before it, it prefills
+    /// cold, and its TTFT is the context's prefill measurement (`--prefill-mode
+    /// warmup`), not shared with other cold prefills.
+    pub solo_first_prime: bool,
     pub prompt_tokens: i32,
     pub max_tokens: i32,
     pub window: Duration,
@@ -441,39 +445,46 @@ pub async fn record_prefill(
 /// [`PRIME_ROUNDS`] rounds. Says how each round went in a note event.
 async fn prime(cell: &Arc<Cell>, n: u32) {
     let (_cancel_tx, cancel) = watch::channel(false);
-    for round in 1..=PRIME_ROUNDS {
-        let requests = (0..n).map(|slot| {
-            let cell = cell.clone();
-            let cancel = cancel.clone();
-            async move {
-                let mut stop = cancel.clone();
-                if !cell.paced(&mut stop).await {
-                    return None;
-                }
-                let slot = i32::try_from(slot).unwrap_or(i32::MAX);
-                let spec = cell.spec(
-                    Some(slot),
-                    Role::Prime,
-                    &cell.plan.prime_body,
-                    PRIME_MAX_TOKENS,
-                );
-                let ctl = RunCtl {
-                    counting: cell.ctx.counting,
-                    stall_timeout: cell.ctx.stall_timeout,
-                    cancel,
-                    first_token: None,
-                };
-                let mut lane = Lane::new(cell.ctx.transport.clone());
-                let ran = client::run(&mut lane, &spec, ctl, &cell.ctx.clock, &cell.tx).await;
-                cell.account(&ran);
-                Some(ran)
+    let one = |slot: u32| {
+        let cell = cell.clone();
+        let cancel = cancel.clone();
+        async move {
+            let mut stop = cancel.clone();
+            if !cell.paced(&mut stop).await {
+                return None;
             }
-        });
-        let ran: Vec<client::Ran> = futures_util::future::join_all(requests)
-            .await
-            .into_iter()
-            .flatten()
-            .collect();
+            let slot = i32::try_from(slot).unwrap_or(i32::MAX);
+            let spec = cell.spec(
+                Some(slot),
+                Role::Prime,
+                &cell.plan.prime_body,
+                PRIME_MAX_TOKENS,
+            );
+            let ctl = RunCtl {
+                counting: cell.ctx.counting,
+                stall_timeout: cell.ctx.stall_timeout,
+                cancel,
+                first_token: None,
+            };
+            let mut lane = Lane::new(cell.ctx.transport.clone());
+            let ran = client::run(&mut lane, &spec, ctl, &cell.ctx.clock, &cell.tx).await;
+            cell.account(&ran);
+            Some(ran)
+        }
+    };
+    for round in 1..=PRIME_ROUNDS {
+        let mut ran: Vec<client::Ran> = Vec::new();
+        let solo = round == 1 && cell.plan.solo_first_prime;
+        if solo {
+            ran.extend(one(0).await);
+        }
+        let rest = if solo { 1..n } else { 0..n };
+        ran.extend(
+            futures_util::future::join_all(rest.map(one))
+                .await
+                .into_iter()
+                .flatten(),
+        );
         let known: Vec<(i32, i32)> = ran
             .iter()
             .filter_map(|r| r.cached_tokens.zip(r.prompt_tokens))

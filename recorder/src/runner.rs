@@ -431,6 +431,7 @@ pub async fn record(
             body: body(manifest.config.max_tokens),
             scout_body: body(u32::try_from(cell::SCOUT_MAX_TOKENS).unwrap_or(16)),
             prime_body: body(u32::try_from(cell::PRIME_MAX_TOKENS).unwrap_or(16)),
+            solo_first_prime: manifest.config.prefill_mode == Some(PrefillMode::Warmup),
             prompt_tokens: i32::try_from(tokens).unwrap_or(i32::MAX),
             max_tokens: i32::try_from(manifest.config.max_tokens).unwrap_or(i32::MAX),
             window: Duration::from_nanos(u64::try_from(manifest.config.window_ns).unwrap_or(0)),

@@ -165,7 +165,8 @@ async fn prefill_measured_during_decode_warm_up_agrees_with_the_scout() {
         let out = dir.path().join(mode.as_str());
         let mut opts = options(&sim.url(), &out);
         opts.contexts = vec![12_288];
-        opts.concurrency = vec![1, 2];
+        // Four streams: the first prime goes alone, not sharing its prefill with three.
+        opts.concurrency = vec![4];
         opts.window = Duration::from_millis(300);
         opts.prefill_mode = mode;
         let m = runner::record(&opts, |_| {}).await.expect("recorded");

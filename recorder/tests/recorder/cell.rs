@@ -55,6 +55,7 @@ fn plan(key: CellKey, max_tokens: i32) -> CellPlan {
         body: body(max_tokens),
         scout_body: body(16),
         prime_body: body(16),
+        solo_first_prime: false,
         prompt_tokens: key.context as i32,
         max_tokens,
         window: Duration::from_millis(600),
