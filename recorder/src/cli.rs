@@ -480,7 +480,7 @@ pub fn settle_interrupted(run: &std::path::Path) -> Vec<String> {
             c.reason = None;
             changed = true;
             said.push(format!("{key}: its commit finished before the stop; kept"));
-        } else if !committed && staging.join(key.partition_path()).exists() {
+        } else if !committed && key.staging_dir(run).exists() {
             c.status = CellStatus::Interrupted;
             c.reason = Some("stopped by Ctrl-C while recording; --resume redoes it".to_string());
             changed = true;

@@ -133,37 +133,24 @@ pub async fn build(
             }
         }
         Endpoint::Chat => {
+            let fill = |words: usize| filler(words, seed.context, seed.nonce);
+            let tokens = async |text: &str| {
+                count(client, base, model, endpoint, text, llama)
+                    .await
+                    .ok_or(PromptError::NoTokenizer)
+            };
             // The template adds tokens around the message: search the word count.
             let (mut lo, mut hi) = (0usize, want.max(8) * 2);
-            while count(
-                client,
-                base,
-                model,
-                endpoint,
-                &filler(hi, seed.context, seed.nonce),
-                llama,
-            )
-            .await
-            .ok_or(PromptError::NoTokenizer)?
-                < want
-            {
+            while tokens(&fill(hi)).await? < want {
                 hi *= 2;
             }
-            let mut best = (usize::MAX, 0usize);
+            // (miss, words, tokens) of the closest filler.
+            let mut best = (usize::MAX, 0usize, 0usize);
             while lo <= hi {
                 let mid = (lo + hi) / 2;
-                let c = count(
-                    client,
-                    base,
-                    model,
-                    endpoint,
-                    &filler(mid, seed.context, seed.nonce),
-                    llama,
-                )
-                .await
-                .ok_or(PromptError::NoTokenizer)?;
+                let c = tokens(&fill(mid)).await?;
                 if c.abs_diff(want) < best.0 {
-                    best = (c.abs_diff(want), mid);
+                    best = (c.abs_diff(want), mid, c);
                 }
                 match c.cmp(&want) {
                     std::cmp::Ordering::Equal => break,
@@ -176,19 +163,17 @@ pub async fn build(
                     }
                 }
             }
-            // Words come in whole tokens or more: the last few tokens are made up with
-            // short punctuation, one token each in common tokenizers.
-            let mut text = filler(best.1, seed.context, seed.nonce);
-            let mut got = count(client, base, model, endpoint, &text, llama)
-                .await
-                .ok_or(PromptError::NoTokenizer)?;
-            // From the longest filler not over `want`, append one-token pieces
-            // until the count is exact.
+            // Words come in whole tokens or more: from the longest filler not over
+            // `want`, one-token pieces of punctuation are appended until the count is
+            // exact.
+            let (mut text, mut got) = (fill(best.1), best.2);
             'fit: for words in [best.1, best.1.saturating_sub(1), best.1.saturating_sub(2)] {
-                let mut t = filler(words, seed.context, seed.nonce);
-                let mut c = count(client, base, model, endpoint, &t, llama)
-                    .await
-                    .ok_or(PromptError::NoTokenizer)?;
+                let mut t = fill(words);
+                let mut c = if words == best.1 {
+                    best.2
+                } else {
+                    tokens(&t).await?
+                };
                 for _ in 0..MAX_PADS {
                     if c.abs_diff(want) < got.abs_diff(want) {
                         (text, got) = (t.clone(), c);
@@ -199,9 +184,7 @@ pub async fn build(
                     let mut grew = false;
                     for unit in PADS {
                         let longer = format!("{t}{unit}");
-                        let n = count(client, base, model, endpoint, &longer, llama)
-                            .await
-                            .ok_or(PromptError::NoTokenizer)?;
+                        let n = tokens(&longer).await?;
                         if n > c && n <= want {
                             (t, c, grew) = (longer, n, true);
                             break;
@@ -215,19 +198,13 @@ pub async fn build(
                     break 'fit;
                 }
             }
-            if got != want {
-                // Close is fine within the run's tolerance; the caller checks it.
-                return Ok(Prompt {
-                    value: Value::String(text),
-                    tokens: u32::try_from(got).map_err(|_| PromptError::Inexact {
-                        want: n,
-                        got: u32::MAX,
-                    })?,
-                });
-            }
+            // Close is fine within the run's tolerance; the caller checks it.
             Ok(Prompt {
                 value: Value::String(text),
-                tokens: n,
+                tokens: u32::try_from(got).map_err(|_| PromptError::Inexact {
+                    want: n,
+                    got: u32::MAX,
+                })?,
             })
         }
     }

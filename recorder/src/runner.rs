@@ -478,11 +478,7 @@ pub async fn record(
             }
             Err(e) => {
                 // Nothing of a failed cell is kept: its staging folder goes.
-                let staging = opts
-                    .out
-                    .join(tokentrace_schemas::layout::STAGING_DIR)
-                    .join(key.partition_path());
-                let _ = std::fs::remove_dir_all(staging);
+                let _ = std::fs::remove_dir_all(key.staging_dir(&opts.out));
                 if key.phase == Phase::Prefill
                     && let CellError::Refused(why) = &e
                     && why.permanent

@@ -70,6 +70,11 @@ impl CellKey {
         run.join(self.rel_dir())
     }
 
+    /// Where the cell is written before its commit renames it to [`CellKey::dir`].
+    pub fn staging_dir(&self, run: &Path) -> PathBuf {
+        run.join(STAGING_DIR).join(self.partition_path())
+    }
+
     /// Parses a path that ends in `phase=<p>/context=<n>/concurrency=<n>`.
     pub fn from_path(path: &Path) -> Result<Self> {
         let bad = || Error::BadCellPath {

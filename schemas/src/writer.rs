@@ -15,7 +15,7 @@ use parquet::file::properties::WriterProperties;
 use parquet::schema::types::ColumnPath;
 
 use crate::error::{Error, Result};
-use crate::layout::{CELL_FILE, CellKey, RAW_FILE, STAGING_DIR, table_file};
+use crate::layout::{CELL_FILE, CellKey, RAW_FILE, table_file};
 use crate::manifest::{CellMeta, FileStat, write_json};
 use crate::raw::RawWriter;
 use crate::table::Table;
@@ -228,7 +228,7 @@ impl CellWriter {
         if target.exists() {
             return Err(Error::CellExists { path: target });
         }
-        let staging = run.join(STAGING_DIR).join(key.partition_path());
+        let staging = key.staging_dir(run);
         if staging.exists() {
             std::fs::remove_dir_all(&staging).map_err(|e| Error::io(&staging, e))?;
         }
