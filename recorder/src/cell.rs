@@ -442,16 +442,17 @@ pub async fn record_prefill(
 /// Fills the server's prompt cache for every stream before the warm-up: N short
 /// requests at once, and again while any of them prefilled cold (an engine with
 /// per-slot caches serves a prompt only on the slots that saw it), at most
-/// [`PRIME_ROUNDS`] rounds. Says how each round went in a note event.
-async fn prime(cell: &Arc<Cell>, n: u32) {
+/// [`PRIME_ROUNDS`] rounds. Says how each round went in a note event. Returns each
+/// stream's lane, whose kept-alive connection its worker goes on with.
+async fn prime(cell: &Arc<Cell>, n: u32) -> Vec<Lane> {
     let (_cancel_tx, cancel) = watch::channel(false);
-    let one = |slot: u32| {
+    let one = |slot: u32, mut lane: Lane| {
         let cell = cell.clone();
         let cancel = cancel.clone();
         async move {
             let mut stop = cancel.clone();
             if !cell.paced(&mut stop).await {
-                return None;
+                return (lane, None);
             }
             let slot = i32::try_from(slot).unwrap_or(i32::MAX);
             let spec = cell.spec(
@@ -466,25 +467,31 @@ async fn prime(cell: &Arc<Cell>, n: u32) {
                 cancel,
                 first_token: None,
             };
-            let mut lane = Lane::new(cell.ctx.transport.clone());
             let ran = client::run(&mut lane, &spec, ctl, &cell.ctx.clock, &cell.tx).await;
             cell.account(&ran);
-            Some(ran)
+            (lane, Some(ran))
         }
     };
+    let mut lanes: Vec<Lane> = (0..n)
+        .map(|_| Lane::new(cell.ctx.transport.clone()))
+        .collect();
     for round in 1..=PRIME_ROUNDS {
+        let mut taken = std::mem::take(&mut lanes).into_iter().zip(0..n);
         let mut ran: Vec<client::Ran> = Vec::new();
-        let solo = round == 1 && cell.plan.solo_first_prime;
-        if solo {
-            ran.extend(one(0).await);
+        if round == 1
+            && cell.plan.solo_first_prime
+            && let Some((lane, slot)) = taken.next()
+        {
+            let (lane, r) = one(slot, lane).await;
+            lanes.push(lane);
+            ran.extend(r);
         }
-        let rest = if solo { 1..n } else { 0..n };
-        ran.extend(
-            futures_util::future::join_all(rest.map(one))
-                .await
-                .into_iter()
-                .flatten(),
-        );
+        for (lane, r) in
+            futures_util::future::join_all(taken.map(|(lane, slot)| one(slot, lane))).await
+        {
+            lanes.push(lane);
+            ran.extend(r);
+        }
         let known: Vec<(i32, i32)> = ran
             .iter()
             .filter_map(|r| r.cached_tokens.zip(r.prompt_tokens))
@@ -502,9 +509,10 @@ async fn prime(cell: &Arc<Cell>, n: u32) {
         // Done when every prime was warm, or when the server does not say (nothing
         // more to learn), or when the cell gave up.
         if cold == 0 || known.is_empty() || cell.pacer.gave_up().is_some() {
-            return;
+            break;
         }
     }
+    lanes
 }
 
 /// Records a decode cell: N closed-loop streams through warm-up, window, cancel, drain.
@@ -533,7 +541,7 @@ pub async fn record_decode(
     };
 
     cell.event(EventKind::WarmupStart, None, None).await;
-    prime(&cell, n).await;
+    let mut lanes = prime(&cell, n).await.into_iter();
     let window_open = Arc::new(AtomicBool::new(false));
     let window_closed = Arc::new(AtomicBool::new(false));
     let (cancel_tx, cancel_rx) = watch::channel(false);
@@ -546,10 +554,13 @@ pub async fn record_decode(
         let open = window_open.clone();
         let closed = window_closed.clone();
         let cancel = cancel_rx.clone();
+        // The worker's connection, kept alive from one request to the next (opened by
+        // its priming request).
+        let mut lane = lanes
+            .next()
+            .unwrap_or_else(|| Lane::new(cell.ctx.transport.clone()));
         workers.push(tokio::spawn(async move {
             let mut first = Some(first_tx);
-            // The worker's connection, kept alive from one request to the next.
-            let mut lane = Lane::new(cell.ctx.transport.clone());
             let mut stop = cancel.clone();
             while !closed.load(Ordering::Acquire) {
                 if !cell.paced(&mut stop).await {
