@@ -10,14 +10,19 @@ use tokentrace_schemas::column::StrEnum;
 use crate::error::{Error, Result};
 
 /// The built-in rule sets: (name, version, TOML text).
-pub const BUILTIN: [(&str, &str, &str); 3] = [
+pub const BUILTIN: [(&str, &str, &str); 4] = [
     (
         "reference",
         "0.6.2",
         include_str!("../rules/reference-0.6.2.toml"),
     ),
     // Newest first: `default` without a version is the newest.
-    ("default", "1.1.0", include_str!("../rules/default.toml")),
+    ("default", "1.2.0", include_str!("../rules/default.toml")),
+    (
+        "default",
+        "1.1.0",
+        include_str!("../rules/default-1.1.0.toml"),
+    ),
     (
         "default",
         "1.0.0",
@@ -163,6 +168,12 @@ pub struct QueuedRules {
     pub waiting_max_above: Option<f64>,
     /// The running-gauge checks apply from this concurrency up.
     pub min_concurrency: u32,
+    /// The running-gauge checks count only when at least this many scrapes inside the
+    /// window saw a request waiting (0: always; an engine without a waiting gauge is
+    /// never excused). A closed-loop restart can pull one scrape of the running gauge
+    /// down; a queue also shows as waiting requests.
+    #[serde(default)]
+    pub running_needs_waiting_samples: u32,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

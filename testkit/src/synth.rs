@@ -91,6 +91,9 @@ pub struct DecodeSpec {
     pub running: Option<f64>,
     /// The server's waiting gauge at every scrape.
     pub waiting: f64,
+    /// Scrapes (by index from the window's start, one per `scrape_interval_ns`) whose
+    /// running and waiting gauges read other values: (index, running, waiting).
+    pub scrape_overrides: Vec<(usize, f64, f64)>,
     /// The request with this index (in send order) streams this text in every event,
     /// so that its text loops with the text as its cycle.
     pub looping: Option<(usize, String)>,
@@ -117,6 +120,7 @@ impl DecodeSpec {
             seed: u64::from(key.context) * 1_000_003 + u64::from(key.concurrency),
             running: None,
             waiting: 0.0,
+            scrape_overrides: Vec::new(),
             looping: None,
             failing: None,
             cold: None,
@@ -360,8 +364,15 @@ fn write_scrapes(w: &mut CellWriter, spec: &DecodeSpec, end_ns: i64) -> Result<(
     let n = f64::from(spec.key.concurrency);
     let mut t = 0i64;
     let mut generated = 0.0;
+    let mut index = 0usize;
     while t <= end_ns {
         let end = t + 3_000_000;
+        let (running, waiting) = spec
+            .scrape_overrides
+            .iter()
+            .find(|o| o.0 == index)
+            .map_or((spec.running.unwrap_or(n), spec.waiting), |o| (o.1, o.2));
+        index += 1;
         generated += n / (spec.step_ns as f64 / 1e9) * (spec.scrape_interval_ns as f64 / 1e9);
         let mut push = |family: &str, name: &str, labels: &str, value: f64, ty: MetricType| {
             w.push_metric(MetricRow {
@@ -379,14 +390,14 @@ fn write_scrapes(w: &mut CellWriter, spec: &DecodeSpec, end_ns: i64) -> Result<(
             vllm.running,
             vllm.running,
             &labels,
-            spec.running.unwrap_or(n),
+            running,
             MetricType::Gauge,
         )?;
         push(
             vllm.waiting,
             vllm.waiting,
             &labels,
-            spec.waiting,
+            waiting,
             MetricType::Gauge,
         )?;
         push(

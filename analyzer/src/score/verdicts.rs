@@ -188,9 +188,22 @@ pub fn warmup_not_ready(v: &DecodeView, rules: &RuleSet) -> Vec<Evidence> {
         .collect()
 }
 
+/// Whether the running-gauge checks count: enough scrapes saw a request waiting (or
+/// the rule asks for none, or the engine has no waiting gauge).
+fn running_checks_count(v: &DecodeView, rules: &RuleSet) -> bool {
+    let need = rules.queued.running_needs_waiting_samples as usize;
+    need == 0
+        || v.waiting.metric.is_none()
+        || v.waiting.samples.is_empty()
+        || v.waiting.samples.iter().filter(|s| s.value > 0.0).count() >= need
+}
+
 /// Requests queued: the running gauge never reached the cell's concurrency.
 pub fn running_never_reached_n(v: &DecodeView, rules: &RuleSet) -> Vec<Evidence> {
     let (q, n) = (&rules.queued, v.key.concurrency);
+    if !running_checks_count(v, rules) {
+        return Vec::new();
+    }
     let Some(metric) = v.running.metric.filter(|_| !v.running.samples.is_empty()) else {
         return Vec::new();
     };
@@ -217,6 +230,9 @@ pub fn running_mean_below(v: &DecodeView, rules: &RuleSet) -> Vec<Evidence> {
     let (Some(metric), Some(mean)) = (v.running.metric, v.running.mean()) else {
         return Vec::new();
     };
+    if !running_checks_count(v, rules) {
+        return Vec::new();
+    }
     match q.running_mean_below_fraction {
         Some(frac) if n >= q.min_concurrency && mean < frac * f64::from(n) => {
             vec![Evidence::RunningMeanBelow {

@@ -19,7 +19,7 @@ fn built_in_sets_load_by_name_and_version() {
     // default 1.0.0 stays as it was: no cache checks.
     let old = RuleSet::builtin("default@1.0.0").expect("default 1.0.0");
     assert_eq!(old.cache, Default::default());
-    assert_eq!(RuleSet::builtin("default").expect("d").version, "1.1.0");
+    assert_eq!(RuleSet::builtin("default").expect("d").version, "1.2.0");
     assert_eq!(RuleSet::builtin("reference@9.9"), None);
     let r = RuleSet::builtin("reference").expect("reference");
     assert_eq!(r.id(), "reference@0.6.2");
@@ -54,6 +54,7 @@ fn every_difference_of_the_default_set_is_documented() {
         differing,
         [
             "cache.ttft_excludes_cold",
+            "queued.running_needs_waiting_samples",
             "queued.waiting_max_above",
             "queued.waiting_mean_above",
             "requests.scope",

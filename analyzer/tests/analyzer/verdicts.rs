@@ -253,3 +253,76 @@ fn a_cached_scout_and_a_cold_decode_request_are_named() {
         "{without} vs {with_cold}"
     );
 }
+
+/// Issue 14: a 3-stream cell whose scrapes all read 3 running and none waiting, but for
+/// the ones given: (scrape index, running, waiting).
+fn dip_run(dir: &Path, overrides: Vec<(usize, f64, f64)>) {
+    let spec = DecodeSpec {
+        scrape_overrides: overrides,
+        ..DecodeSpec::new(key(3), 2_400)
+    };
+    synth::write_decode_cell(dir, &spec).expect("cell");
+    synth::manifest("dip", &[spec.key])
+        .write(dir)
+        .expect("manifest");
+}
+
+fn queue_evidence(s: &Scoring) -> Vec<&'static str> {
+    s.cells[0]
+        .evidence
+        .iter()
+        .map(|e| match e {
+            Evidence::RunningNeverReachedN { .. } => "never_reached",
+            Evidence::RunningMeanBelow { .. } => "running_mean",
+            Evidence::WaitingMeanAbove { .. } => "waiting_mean",
+            Evidence::WaitingSampleAbove { .. } => "waiting_sample",
+            _ => "other",
+        })
+        .collect()
+}
+
+#[test]
+fn a_restart_that_one_scrape_lands_on_is_not_a_queue_under_default() {
+    // As on llama.cpp with 3 slots: one scrape of the window lands on a closed-loop
+    // restart and reads 1 running, nothing waiting.
+    let dir = tempfile::tempdir().expect("tempdir");
+    dip_run(dir.path(), vec![(1, 1.0, 0.0)]);
+    let score = |name: &str| {
+        score_dir(dir.path(), &RuleSet::builtin(name).expect("rules")).expect("scored")
+    };
+    let reference = score("reference");
+    assert_eq!(reference.cells[0].verdict, Some(Verdict::RequestsQueued));
+    match &reference.cells[0].evidence[..] {
+        [Evidence::RunningMeanBelow { mean, samples, .. }] => {
+            assert!(*samples >= 3 && *mean < 2.85, "{mean} over {samples}");
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(
+        score("default@1.1.0").cells[0].verdict,
+        Some(Verdict::RequestsQueued),
+        "1.1.0 took the dip for a queue"
+    );
+    let default = score("default");
+    assert_eq!(default.cells[0].verdict, Some(Verdict::Valid));
+    assert!(default.cells[0].evidence.is_empty());
+}
+
+#[test]
+fn a_short_running_gauge_with_requests_waiting_is_still_a_queue_under_default() {
+    // Two scrapes see a request waiting and one fewer running: the waiting mean stays
+    // under default's 0.5, the running mean (below 0.95 × 3) counts because requests
+    // did wait.
+    let dir = tempfile::tempdir().expect("tempdir");
+    dip_run(dir.path(), vec![(1, 2.0, 1.0), (2, 2.0, 1.0)]);
+    let default =
+        score_dir(dir.path(), &RuleSet::builtin("default").expect("rules")).expect("scored");
+    assert_eq!(default.cells[0].verdict, Some(Verdict::RequestsQueued));
+    assert_eq!(queue_evidence(&default), ["running_mean"]);
+    // One waiting scrape is not enough to corroborate.
+    let dir = tempfile::tempdir().expect("tempdir");
+    dip_run(dir.path(), vec![(1, 2.0, 1.0), (2, 2.0, 0.0)]);
+    let default =
+        score_dir(dir.path(), &RuleSet::builtin("default").expect("rules")).expect("scored");
+    assert_eq!(default.cells[0].verdict, Some(Verdict::Valid));
+}
