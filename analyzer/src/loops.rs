@@ -51,8 +51,14 @@ impl Repetition {
 /// What to look for.
 #[derive(Debug, Clone, Copy)]
 pub struct Search {
+    /// Shortest cycle looked for (1: all).
+    pub min_cycle: usize,
     /// Longest cycle looked for.
     pub max_cycle: usize,
+    /// Per position, compare with at most this many earlier occurrences of its k-gram,
+    /// the nearest first (0: all within `max_cycle`). Bounds the cost of a search
+    /// without a cycle cap: in a repeated passage the previous copy is the nearest.
+    pub nearest: usize,
     /// Shortest stretch reported.
     pub min_span: usize,
     /// Skip cycles of whitespace only.
@@ -66,7 +72,7 @@ const HASH_BASE: u64 = 0x100_0000_01b3;
 pub fn repetitions(text: &[char], search: Search) -> Vec<Repetition> {
     let n = text.len();
     let min_span = search.min_span.max(2);
-    if n < min_span || search.max_cycle == 0 {
+    if n < min_span || search.max_cycle == 0 || search.min_cycle > search.max_cycle {
         return Vec::new();
     }
     // A repetition of two cycles or more spanning min_span has a match run of at least
@@ -100,11 +106,15 @@ pub fn repetitions(text: &[char], search: Search) -> Vec<Repetition> {
     let mut found = Vec::new();
     for (j, h) in hashes.iter().enumerate() {
         let Some(list) = anchors.get(h) else { continue };
-        let from = list.partition_point(|&a| a + search.max_cycle < j);
-        for &a in &list[from..] {
-            if a >= j {
-                break;
-            }
+        let from = list.partition_point(|&a| a.saturating_add(search.max_cycle) < j);
+        let to = list.partition_point(|&a| a + search.min_cycle.max(1) <= j);
+        let candidates = list.get(from..to).unwrap_or(&[]);
+        let take = if search.nearest == 0 {
+            candidates.len()
+        } else {
+            search.nearest
+        };
+        for &a in candidates.iter().rev().take(take) {
             let p = j - a;
             if covered.get(&p).is_some_and(|&end| a < end) {
                 continue;
@@ -168,7 +178,9 @@ mod tests {
 
     fn search(min_span: usize) -> Search {
         Search {
+            min_cycle: 1,
             max_cycle: 4096,
+            nearest: 0,
             min_span,
             ignore_whitespace: true,
         }

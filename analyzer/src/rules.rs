@@ -196,6 +196,18 @@ pub struct LoopRules {
     pub suspect_min_cycles: u32,
     /// ...over at least this many characters, short of a loop, is a warning.
     pub suspect_min_span_chars: u32,
+    /// Whether the characters of a partial final cycle count toward a repetition's span
+    /// (`cycles` always counts whole cycles only).
+    #[serde(default = "yes")]
+    pub partial_cycle_in_span: bool,
+    /// A cycle longer than `max_cycle_chars`, repeated at least this many times over the
+    /// suspect span, is a suspected loop (0: not looked for).
+    #[serde(default)]
+    pub beyond_cap_suspect_min_cycles: u32,
+}
+
+fn yes() -> bool {
+    true
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

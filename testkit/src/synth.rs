@@ -97,6 +97,11 @@ pub struct DecodeSpec {
     /// The request with this index (in send order) streams this text in every event,
     /// so that its text loops with the text as its cycle.
     pub looping: Option<(usize, String)>,
+    /// With `looping`: (characters per event, total characters): the request streams
+    /// its cycle over and over up to the total, cut into events of that many characters,
+    /// then events without text, instead of one cycle per event (how a stream is
+    /// chunked must not change what the loop rules find).
+    pub looping_chunks: Option<(usize, usize)>,
     /// The request with this index ends with an error event instead of finishing.
     pub failing: Option<usize>,
     /// The request with this index prefilled cold: nothing of its prompt was cached,
@@ -122,6 +127,7 @@ impl DecodeSpec {
             waiting: 0.0,
             scrape_overrides: Vec::new(),
             looping: None,
+            looping_chunks: None,
             failing: None,
             cold: None,
         }
@@ -170,6 +176,13 @@ fn gen_request(
     let mut seq = 0i32;
     let mut first_token = None;
     let mut last_token = None;
+    // The looping request's text, and how far into it its events have streamed.
+    let looping: Option<Vec<char>> = spec
+        .looping
+        .as_ref()
+        .filter(|(i, _)| *i == index)
+        .map(|(_, cycle)| cycle.chars().collect());
+    let mut looped_chars = 0usize;
     while done < max {
         let mut n = 1u64;
         while n <= u64::from(spec.spec_tokens) && rng.unit() < spec.acceptance {
@@ -181,8 +194,13 @@ fn gen_request(
         for _ in 0..n {
             text.push_str(vocab.token(rng));
         }
-        if let Some((_, cycle)) = spec.looping.as_ref().filter(|(i, _)| *i == index) {
-            text = cycle.clone();
+        if let Some(cycle) = looping.as_ref().filter(|c| !c.is_empty()) {
+            let (len, total) = spec.looping_chunks.unwrap_or((cycle.len(), usize::MAX));
+            let end = looped_chars.saturating_add(len.max(1)).min(total);
+            text = (looped_chars..end.max(looped_chars))
+                .map(|i| cycle[i % cycle.len()])
+                .collect();
+            looped_chars = end.max(looped_chars);
         }
         done += n;
         let cum = i32::try_from(done).unwrap_or(i32::MAX);

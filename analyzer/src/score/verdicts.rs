@@ -113,11 +113,33 @@ pub fn failed_streams(v: &DecodeView, rules: &RuleSet) -> Vec<Evidence> {
         .collect()
 }
 
-/// The longest repetition of a text that has `min_cycles` cycles and `min_span`
-/// characters; ties go to the shorter cycle, then the earlier start.
-fn longest(found: &[Repetition], min_cycles: u32, min_span: u32) -> Option<&Repetition> {
+/// A repetition as the rules count it: its span without the partial final cycle when
+/// the rule set says that does not count.
+fn counted(rep: &Repetition, rules: &RuleSet) -> Repetition {
+    if rules.looped.partial_cycle_in_span {
+        *rep
+    } else {
+        Repetition {
+            span: rep.cycles() * rep.cycle,
+            ..*rep
+        }
+    }
+}
+
+/// The longest repetition of a text with a cycle in `cycles` that has `min_cycles`
+/// cycles and `min_span` characters; ties go to the shorter cycle, then the earlier
+/// start.
+fn longest(
+    found: &[Repetition],
+    rules: &RuleSet,
+    cycles: std::ops::RangeInclusive<usize>,
+    min_cycles: u32,
+    min_span: u32,
+) -> Option<Repetition> {
     found
         .iter()
+        .filter(|rep| cycles.contains(&rep.cycle))
+        .map(|rep| counted(rep, rules))
         .filter(|rep| rep.cycles() >= min_cycles as usize && rep.span >= min_span as usize)
         .max_by_key(|rep| {
             (
@@ -126,6 +148,11 @@ fn longest(found: &[Repetition], min_cycles: u32, min_span: u32) -> Option<&Repe
                 std::cmp::Reverse(rep.start),
             )
         })
+}
+
+/// Cycle lengths within the rule set's cap.
+fn within_cap(rules: &RuleSet) -> std::ops::RangeInclusive<usize> {
+    1..=rules.looped.max_cycle_chars as usize
 }
 
 pub fn loop_evidence(r: &Repeats, rep: &Repetition) -> LoopEvidence {
@@ -149,7 +176,14 @@ pub fn loop_evidence(r: &Repeats, rep: &Repetition) -> LoopEvidence {
 /// The loop a text holds under the loop thresholds, if any.
 pub fn loop_in(r: &Repeats, rules: &RuleSet) -> Option<LoopEvidence> {
     let l = &rules.looped;
-    longest(&r.found, l.min_cycles, l.min_span_chars).map(|rep| loop_evidence(r, rep))
+    longest(
+        &r.found,
+        rules,
+        within_cap(rules),
+        l.min_cycles,
+        l.min_span_chars,
+    )
+    .map(|rep| loop_evidence(r, &rep))
 }
 
 /// The repetition short of a loop that a text holds under the suspect thresholds.
@@ -158,8 +192,28 @@ pub fn suspect_in(r: &Repeats, rules: &RuleSet) -> Option<LoopEvidence> {
     if loop_in(r, rules).is_some() {
         return None;
     }
-    longest(&r.found, l.suspect_min_cycles, l.suspect_min_span_chars)
-        .map(|rep| loop_evidence(r, rep))
+    let beyond = (l.beyond_cap_suspect_min_cycles > 0)
+        .then(|| {
+            longest(
+                &r.found,
+                rules,
+                l.max_cycle_chars as usize + 1..=usize::MAX,
+                l.beyond_cap_suspect_min_cycles,
+                l.suspect_min_span_chars,
+            )
+        })
+        .flatten();
+    longest(
+        &r.found,
+        rules,
+        within_cap(rules),
+        l.suspect_min_cycles,
+        l.suspect_min_span_chars,
+    )
+    .into_iter()
+    .chain(beyond)
+    .max_by_key(|rep| (rep.span, std::cmp::Reverse(rep.cycle)))
+    .map(|rep| loop_evidence(r, &rep))
 }
 
 /// Looped: a text repeats one cycle for at least the loop thresholds.

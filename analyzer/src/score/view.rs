@@ -174,7 +174,11 @@ fn stream<'a>(loaded: &Loaded, r: &'a RequestInfo) -> Stream<'a> {
     }
 }
 
-/// The repetition search over every text the loop rules look at.
+/// Earlier copies of a k-gram compared per position in the search beyond the cycle cap.
+const BEYOND_CAP_NEAREST: usize = 4;
+
+/// The repetition search over every text the loop rules look at (`found` holds the
+/// repetitions within the cycle cap, then those beyond it).
 fn repeats<'a>(streams: &[Stream<'a>], loaded: &'a Loaded, rules: &RuleSet) -> Vec<Repeats<'a>> {
     let l = &rules.looped;
     let min_span = l.min_span_chars.min(l.suspect_min_span_chars) as usize;
@@ -198,14 +202,31 @@ fn repeats<'a>(streams: &[Stream<'a>], loaded: &'a Loaded, rules: &RuleSet) -> V
             if text.len() < min_span {
                 continue; // fewer bytes than characters needed
             }
-            let found = loops::repetitions(
-                &loops::chars(text, l.normalize_digits),
+            let chars = loops::chars(text, l.normalize_digits);
+            let mut found = loops::repetitions(
+                &chars,
                 loops::Search {
+                    min_cycle: 1,
                     max_cycle: l.max_cycle_chars as usize,
+                    nearest: 0,
                     min_span,
                     ignore_whitespace: l.ignore_whitespace_cycles,
                 },
             );
+            if l.beyond_cap_suspect_min_cycles > 0 {
+                // Cycles longer than the cap: only the nearest earlier copies of each
+                // k-gram are compared, so the search stays linear without a cap.
+                found.extend(loops::repetitions(
+                    &chars,
+                    loops::Search {
+                        min_cycle: l.max_cycle_chars as usize + 1,
+                        max_cycle: usize::MAX,
+                        nearest: BEYOND_CAP_NEAREST,
+                        min_span: l.suspect_min_span_chars as usize,
+                        ignore_whitespace: l.ignore_whitespace_cycles,
+                    },
+                ));
+            }
             out.push(Repeats {
                 stream: r,
                 channel,

@@ -1,6 +1,7 @@
 //! Integration tests of the analyzer, one binary:
 //! - `figures`: scored figures agree with the same figures computed row by row;
 //! - `verdicts`: each verdict fires on the cell built to trigger it, with its evidence;
+//! - `loops`: long cycles, a cycle beyond the cap, Unicode, chunking;
 //! - `rules`: built-in rule sets, `extends`, and bad rule files;
 //! - `schema`: real JSON output validates against the committed JSON Schema;
 //! - `interop`: polars reads every table arrow-rs wrote, with the Hive columns, and
@@ -8,6 +9,7 @@
 
 mod figures;
 mod interop;
+mod loops;
 mod rules;
 mod schema;
 mod verdicts;
