@@ -250,6 +250,14 @@ pub struct Figures {
     pub prompt_tokens: Option<i64>,
     /// Prefill: prompt tokens / scout TTFT.
     pub prompt_tok_s: Option<f64>,
+    /// Decode: where the token counts behind the figures came from under the rule
+    /// set's `tokens.count`: `usage`, `recorded`, or `usage and recorded` (some requests
+    /// each way).
+    #[serde(default)]
+    pub token_source: Option<String>,
+    /// Decode: requests whose usage total and recorded total differ.
+    #[serde(default)]
+    pub token_disagreements: usize,
 }
 
 /// One cell of the matrix, scored (or why not).

@@ -44,6 +44,18 @@ pub struct TokenAgg {
     pub first_token_ns: Option<i64>,
     pub first_token_tokens: i64,
     pub last_token_ns: Option<i64>,
+    /// The same counts from the server's cumulative usage (its increases per event),
+    /// when every event that carried tokens also carried the cumulative count.
+    pub usage: Option<UsageCount>,
+}
+
+/// A request's token counts taken from the server's cumulative usage.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct UsageCount {
+    pub tokens: i64,
+    pub tokens_in_window: i64,
+    /// Of the first event that carried tokens.
+    pub first_token_tokens: i64,
 }
 
 /// One lifecycle mark.
@@ -310,6 +322,48 @@ fn nonempty(name: &str) -> Expr {
     col(name).is_not_null().and(col(name).neq(lit("")))
 }
 
+/// Per chunk row (sorted by request, then seq): the increase of the request's cumulative
+/// `completion_tokens` over its last earlier value (0 where the row has none); and the
+/// requests whose every token-carrying row has the cumulative count.
+fn usage_increases(c: &Cols) -> Result<(Vec<i64>, std::collections::HashSet<i64>)> {
+    let (ids, tokens, cumulative) = (
+        c.i64("request_id")?,
+        c.i64("tokens")?,
+        c.i64("completion_tokens")?,
+    );
+    let mut out = Vec::with_capacity(ids.len());
+    let mut continuous = std::collections::HashSet::new();
+    let mut broken = std::collections::HashSet::new();
+    let (mut current, mut last) = (None, 0i64);
+    for ((id, t), cum) in ids.iter().zip(&tokens).zip(&cumulative) {
+        if *id != current {
+            (current, last) = (*id, 0);
+        }
+        let carries = t.unwrap_or(0) > 0;
+        out.push(match cum {
+            Some(v) => {
+                let up = (v - last).max(0);
+                last = last.max(*v);
+                up
+            }
+            None => 0,
+        });
+        if let Some(id) = id {
+            match (carries, cum) {
+                (true, None) => {
+                    broken.insert(*id);
+                }
+                (true, Some(_)) => {
+                    continuous.insert(*id);
+                }
+                _ => {}
+            }
+        }
+    }
+    continuous.retain(|id| !broken.contains(id));
+    Ok((out, continuous))
+}
+
 fn load_chunks(run: &Run, chunks: LazyFrame, out: &mut Loaded) -> Result<()> {
     let windows = windows(run, out)?;
     let with_window = chunks
@@ -322,6 +376,7 @@ fn load_chunks(run: &Run, chunks: LazyFrame, out: &mut Loaded) -> Result<()> {
             col("arrival_ns"),
             col("queue_delay_ns"),
             col("tokens").fill_null(lit(0)).cast(DataType::Int64),
+            col("completion_tokens").cast(DataType::Int64),
             col("content"),
             col("reasoning"),
         ])
@@ -341,7 +396,15 @@ fn load_chunks(run: &Run, chunks: LazyFrame, out: &mut Loaded) -> Result<()> {
         .sort(["request_id", "seq"], SortMultipleOptions::default());
     // Read, joined and sorted once; the four reductions below run on the frame in memory
     // (a lazy plan would read and sort the files again for each).
-    let with_window = with_window.collect().map_err(perr(run))?.lazy();
+    let mut with_window = with_window.collect().map_err(perr(run))?;
+    let (usage_tokens, continuous) = usage_increases(&Cols {
+        df: &with_window,
+        run,
+    })?;
+    with_window
+        .with_column(Column::new("usage_tokens".into(), usage_tokens))
+        .map_err(perr(run))?;
+    let with_window = with_window.lazy();
     let has_tokens = col("tokens").gt(lit(0));
     let agg = with_window
         .clone()
@@ -373,6 +436,15 @@ fn load_chunks(run: &Run, chunks: LazyFrame, out: &mut Loaded) -> Result<()> {
                 .filter(has_tokens.clone())
                 .max()
                 .alias("last_token"),
+            col("usage_tokens").sum().alias("usage_tokens"),
+            col("usage_tokens")
+                .filter(col("in_window"))
+                .sum()
+                .alias("usage_tokens_in_window"),
+            col("usage_tokens")
+                .filter(col("usage_tokens").gt(lit(0)))
+                .first()
+                .alias("usage_first_token_tokens"),
         ])
         .collect()
         .map_err(perr(run))?;
@@ -389,6 +461,11 @@ fn load_chunks(run: &Run, chunks: LazyFrame, out: &mut Loaded) -> Result<()> {
         c.i64("first_token_tokens")?,
         c.i64("last_token")?,
     );
+    let (usage, usage_in_window, usage_first) = (
+        c.i64("usage_tokens")?,
+        c.i64("usage_tokens_in_window")?,
+        c.i64("usage_first_token_tokens")?,
+    );
     for (i, id) in ids.into_iter().enumerate() {
         let Some(id) = id else { continue };
         out.tokens.insert(
@@ -402,6 +479,11 @@ fn load_chunks(run: &Run, chunks: LazyFrame, out: &mut Loaded) -> Result<()> {
                 first_token_ns: first_token[i],
                 first_token_tokens: first_tokens[i].unwrap_or(0),
                 last_token_ns: last_token[i],
+                usage: continuous.contains(&id).then(|| UsageCount {
+                    tokens: usage[i].unwrap_or(0),
+                    tokens_in_window: usage_in_window[i].unwrap_or(0),
+                    first_token_tokens: usage_first[i].unwrap_or(0),
+                }),
             },
         );
     }

@@ -256,6 +256,27 @@ pub struct CacheRules {
     pub ttft_excludes_cold: bool,
 }
 
+/// Which count of a request's output tokens feeds the figures (output tokens, total
+/// tok/s, time between tokens, per-request tok/s, the minimum-tokens filter).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TokenCount {
+    /// As the recorder attributed tokens to events under the manifest's
+    /// `token_counting` (token ids, usage, or one per event with the final usage
+    /// settling the rest). Rule sets before default 1.2.0.
+    #[default]
+    Recorded,
+    /// The increases of the server's cumulative usage, for every request whose
+    /// token-carrying events all carried it; the recorded count for the others.
+    Usage,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct TokenRules {
+    pub count: TokenCount,
+}
+
 /// A complete rule set.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -274,6 +295,8 @@ pub struct RuleSet {
     pub metrics: MetricRules,
     #[serde(default)]
     pub cache: CacheRules,
+    #[serde(default)]
+    pub tokens: TokenRules,
 }
 
 impl RuleSet {

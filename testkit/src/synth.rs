@@ -104,6 +104,9 @@ pub struct DecodeSpec {
     pub looping_chunks: Option<(usize, usize)>,
     /// The request with this index ends with an error event instead of finishing.
     pub failing: Option<usize>,
+    /// The request with this index reports a cumulative usage this many tokens above
+    /// its streamed tokens from its 10th event on (usage and token ids disagree).
+    pub usage_extra: Option<(usize, i32)>,
     /// The request with this index prefilled cold: nothing of its prompt was cached,
     /// and its first token comes after `cold_ttft_ns`.
     pub cold: Option<(usize, i64)>,
@@ -129,6 +132,7 @@ impl DecodeSpec {
             looping: None,
             looping_chunks: None,
             failing: None,
+            usage_extra: None,
             cold: None,
         }
     }
@@ -203,7 +207,13 @@ fn gen_request(
             looped_chars = end.max(looped_chars);
         }
         done += n;
-        let cum = i32::try_from(done).unwrap_or(i32::MAX);
+        let extra = spec
+            .usage_extra
+            .filter(|(i, _)| *i == index && seq >= 10)
+            .map_or(0, |(_, extra)| extra);
+        let cum = i32::try_from(done)
+            .unwrap_or(i32::MAX)
+            .saturating_add(extra);
         let event = sse_event(
             id,
             1_796_000_000 + t / 1_000_000_000,

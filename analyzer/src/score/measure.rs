@@ -112,6 +112,22 @@ pub fn decode(v: &DecodeView, rules: &RuleSet) -> Figures {
         ..Figures::default()
     };
     f.output_tokens = v.streams.iter().map(|s| s.tokens.tokens_in_window).sum();
+    // Requests without a token count either way (none streamed) say nothing.
+    let usage = v.streams.iter().filter(|s| s.from_usage).count();
+    let recorded = v
+        .streams
+        .iter()
+        .filter(|s| !s.from_usage && s.tokens.tokens > 0)
+        .count();
+    f.token_source = Some(
+        match (usage, recorded) {
+            (0, _) => "recorded",
+            (_, 0) => "usage",
+            _ => "usage and recorded",
+        }
+        .to_string(),
+    );
+    f.token_disagreements = v.streams.iter().filter(|s| s.disagrees).count();
     f.total_tok_s = (window_ns > 0).then(|| f.output_tokens as f64 / window_s);
     let (mut ttft, mut tbt, mut rate, mut e2e) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     let mut count = 0;

@@ -8,13 +8,17 @@ use tokentrace_schemas::tables::Role;
 use crate::load::{EventInfo, Loaded, RequestInfo, Sample, TokenAgg};
 use crate::loops::{self, Repetition};
 use crate::presets::Preset;
-use crate::rules::{Channel, RuleSet};
+use crate::rules::{Channel, RuleSet, TokenCount};
 
-/// One request with its token aggregates.
+/// One request with its token aggregates, counted as the rule set says.
 #[derive(Debug, Clone, Copy)]
 pub struct Stream<'a> {
     pub info: &'a RequestInfo,
     pub tokens: TokenAgg,
+    /// The counts in `tokens` came from the server's cumulative usage.
+    pub from_usage: bool,
+    /// The usage total and the recorded total differ.
+    pub disagrees: bool,
 }
 
 /// A server gauge inside the window: its metric name (if the preset has one) and the
@@ -112,7 +116,7 @@ impl<'a> DecodeView<'a> {
         let streams: Vec<Stream<'a>> = requests(loaded, key)
             .iter()
             .filter(|r| matches!(r.role, Role::Warmup | Role::Measured))
-            .map(|r| stream(loaded, r))
+            .map(|r| counted(stream(loaded, r), rules.tokens.count))
             .collect();
         let samples = loaded.samples.get(&key);
         let series = |name: Option<&'a String>| samples.zip(name).and_then(|(s, n)| s.get(n));
@@ -164,14 +168,28 @@ fn requests(loaded: &Loaded, key: CellKey) -> &[RequestInfo] {
 }
 
 fn stream<'a>(loaded: &Loaded, r: &'a RequestInfo) -> Stream<'a> {
+    let tokens = loaded
+        .tokens
+        .get(&r.request_id)
+        .copied()
+        .unwrap_or_default();
     Stream {
         info: r,
-        tokens: loaded
-            .tokens
-            .get(&r.request_id)
-            .copied()
-            .unwrap_or_default(),
+        tokens,
+        from_usage: false,
+        disagrees: tokens.usage.is_some_and(|u| u.tokens != tokens.tokens),
     }
+}
+
+/// The stream with its counts taken from usage when the rule says so and it can.
+fn counted(mut s: Stream<'_>, count: TokenCount) -> Stream<'_> {
+    if let (TokenCount::Usage, Some(u)) = (count, s.tokens.usage) {
+        s.tokens.tokens = u.tokens;
+        s.tokens.tokens_in_window = u.tokens_in_window;
+        s.tokens.first_token_tokens = u.first_token_tokens;
+        s.from_usage = true;
+    }
+    s
 }
 
 /// Earlier copies of a k-gram compared per position in the search beyond the cycle cap.

@@ -154,3 +154,38 @@ fn the_rule_set_chooses_the_ttft_and_the_denominator() {
     assert!(d > r, "{d} vs {r}");
     assert_eq!(reference.output_tokens, default.output_tokens);
 }
+
+#[test]
+fn the_token_count_rule_chooses_usage_or_the_recorded_count() {
+    // One request of four reports a cumulative usage 5 above its streamed tokens from
+    // its 10th event on, as a server whose usage and token ids disagree would.
+    let dir = tempfile::tempdir().expect("tempdir");
+    let key = CellKey::new(Phase::Decode, 1024, 4);
+    let spec = DecodeSpec {
+        usage_extra: Some((1, 5)),
+        ..DecodeSpec::new(key, 30_000)
+    };
+    synth::write_decode_cell(dir.path(), &spec).expect("cell");
+    synth::manifest("tokens", &[key])
+        .write(dir.path())
+        .expect("manifest");
+    let figures = |name: &str| {
+        let rules = RuleSet::builtin(name).expect("rules");
+        let s = score_dir(dir.path(), &rules).expect("scored");
+        s.cells[0].figures.clone().expect("figures")
+    };
+    let recorded = figures("default@1.1.0");
+    assert_eq!(recorded.token_source.as_deref(), Some("recorded"));
+    for name in ["default", "reference"] {
+        let usage = figures(name);
+        assert_eq!(usage.token_source.as_deref(), Some("usage"), "{name}");
+        assert_eq!(usage.token_disagreements, 1, "{name}");
+        assert_eq!(
+            usage.output_tokens,
+            recorded.output_tokens + 5,
+            "{name}: output tokens follow the usage"
+        );
+        let tok_s = |f: &tokentrace_analyzer::contract::Figures| f.total_tok_s.unwrap_or(0.0);
+        assert!(tok_s(&usage) > tok_s(&recorded), "{name}: total tok/s too");
+    }
+}
