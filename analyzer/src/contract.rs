@@ -182,6 +182,14 @@ pub enum Warning {
         queue_delay_p99_ms: Option<f64>,
         tick_threshold_ms: f64,
         queue_threshold_ms: f64,
+        /// Share of the window's ticks later than `late_tick_ms` (when the rule and the
+        /// recording have tick counts), and the share allowed.
+        #[serde(default)]
+        late_tick_share: Option<f64>,
+        #[serde(default)]
+        late_tick_ms: Option<f64>,
+        #[serde(default)]
+        late_tick_share_max: Option<f64>,
     },
     /// A repetition short of a loop.
     SuspectedLoop(LoopEvidence),
@@ -258,6 +266,13 @@ pub struct Figures {
     /// Decode: requests whose usage total and recorded total differ.
     #[serde(default)]
     pub token_disagreements: usize,
+    /// Decode: the recorder's latest tick inside the window, ms (one hiccup shows here,
+    /// not as a warning) …
+    #[serde(default)]
+    pub client_tick_lateness_max_ms: Option<f64>,
+    /// … and the share of the window's ticks later than the rule's `late_tick_ms`.
+    #[serde(default)]
+    pub client_late_tick_share: Option<f64>,
 }
 
 /// One cell of the matrix, scored (or why not).

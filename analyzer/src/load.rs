@@ -7,6 +7,7 @@ use std::collections::BTreeMap;
 use polars::prelude::*;
 use tokentrace_schemas::column::StrEnum;
 use tokentrace_schemas::layout::{CellKey, Phase};
+use tokentrace_schemas::protocol::{self, LagStat};
 use tokentrace_schemas::tables::{EndReason, EventKind, Role};
 
 use crate::error::{Error, Result};
@@ -74,6 +75,16 @@ pub struct Sample {
     pub value: f64,
 }
 
+/// One second of the recorder's tick counts: how many ticks fired, and how many were
+/// later than each of `protocol::LATE_TICK_MS`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TickCounts {
+    pub start_ns: i64,
+    pub end_ns: i64,
+    pub ticks: f64,
+    pub over: Vec<f64>,
+}
+
 /// Everything of a run the rules look at, keyed by cell.
 #[derive(Debug, Default)]
 pub struct Loaded {
@@ -89,6 +100,9 @@ pub struct Loaded {
     pub windows: BTreeMap<CellKey, (i64, i64)>,
     /// Per cell, per series name: samples in time order.
     pub samples: BTreeMap<CellKey, BTreeMap<String, Vec<Sample>>>,
+    /// Per cell: the recorder's tick counts per second, in time order (runs recorded
+    /// before the recorder counted late ticks have none).
+    pub tick_counts: BTreeMap<CellKey, Vec<TickCounts>>,
     /// Per request: (content, reasoning) text in stream order, for requests with text.
     pub text: BTreeMap<i64, (String, String)>,
 }
@@ -613,13 +627,26 @@ fn load_metrics(run: &Run, metrics: LazyFrame, series: &[String], out: &mut Load
     }
     for ((key, name, start_ns), (end_ns, mut values)) in grouped {
         values.sort_by(|a, b| a.0.cmp(&b.0));
-        let value = if name == tokentrace_schemas::protocol::CLIENT_LAG_METRIC {
-            // The recorder's own lag: keep the `stat="max"` summary.
-            values
-                .iter()
-                .filter(|(l, _)| l == tokentrace_schemas::protocol::LagStat::Max.labels())
-                .map(|(_, v)| *v)
-                .fold(f64::NAN, f64::max)
+        let value = if name == protocol::CLIENT_LAG_METRIC {
+            // The recorder's own lag: the `stat="max"` summary is the series; the tick
+            // counts go to their own table.
+            let stat = |want: LagStat| {
+                values
+                    .iter()
+                    .find(|(l, _)| LagStat::from_labels(l) == Some(want))
+                    .map(|(_, v)| *v)
+            };
+            if let Some(ticks) = stat(LagStat::Ticks) {
+                out.tick_counts.entry(key).or_default().push(TickCounts {
+                    start_ns,
+                    end_ns,
+                    ticks,
+                    over: (0..protocol::LATE_TICK_MS.len())
+                        .map(|i| stat(LagStat::Over(i)).unwrap_or(0.0))
+                        .collect(),
+                });
+            }
+            stat(LagStat::Max).unwrap_or(f64::NAN)
         } else {
             values.iter().map(|(_, v)| *v).sum()
         };

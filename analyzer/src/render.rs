@@ -454,13 +454,26 @@ fn cell_notes(c: &CellScore) -> Vec<String> {
                 queue_delay_p99_ms,
                 tick_threshold_ms,
                 queue_threshold_ms,
-            } => format!(
-                "warning: the recorder lagged (tick lateness max {} ms, limit {}; chunk queueing p99 {} ms, limit {}): its timings may be distorted",
-                opt(*tick_lateness_max_ms, |v| fixed(v, 2)),
-                g(*tick_threshold_ms),
-                opt(*queue_delay_p99_ms, |v| fixed(v, 3)),
-                g(*queue_threshold_ms)
-            ),
+                late_tick_share,
+                late_tick_ms,
+                late_tick_share_max,
+            } => match (late_tick_share, late_tick_ms, late_tick_share_max) {
+                (Some(share), Some(ms), Some(max)) => format!(
+                    "warning: the recorder lagged ({}% of its ticks were over {} ms late, limit {}%; chunk queueing p99 {} ms, limit {}): its timings may be distorted",
+                    fixed(share * 100.0, 1),
+                    g(*ms),
+                    g(max * 100.0),
+                    opt(*queue_delay_p99_ms, |v| fixed(v, 3)),
+                    g(*queue_threshold_ms)
+                ),
+                _ => format!(
+                    "warning: the recorder lagged (tick lateness max {} ms, limit {}; chunk queueing p99 {} ms, limit {}): its timings may be distorted",
+                    opt(*tick_lateness_max_ms, |v| fixed(v, 2)),
+                    g(*tick_threshold_ms),
+                    opt(*queue_delay_p99_ms, |v| fixed(v, 3)),
+                    g(*queue_threshold_ms)
+                ),
+            },
             Warning::SuspectedLoop(l) => format!(
                 "warning: suspected loop, {} request {} repeats {} characters {} times ({} characters) in its {}",
                 l.role,

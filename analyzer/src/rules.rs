@@ -127,7 +127,19 @@ impl Channel {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct TtftRules {
+    /// The first token of a decode request (its TTFT).
     pub first: FirstToken,
+    /// The first token of a prefill scout (prompt tok/s = prompt / its TTFT); absent:
+    /// the same as `first` (rule sets before default 1.2.0).
+    #[serde(default)]
+    pub prefill: Option<FirstToken>,
+}
+
+impl TtftRules {
+    /// The first-token rule of prefill scouts.
+    pub fn prefill(&self) -> FirstToken {
+        self.prefill.unwrap_or(self.first)
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -221,8 +233,17 @@ pub struct ErrorRules {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ClientLagRules {
-    /// Warn when the recorder's lateness tick was ever later than this inside the window.
+    /// Warn when the recorder's lateness tick was ever later than this inside the window
+    /// (only for runs without tick counts, or rule sets without `late_tick_ms`).
     pub tick_lateness_max_ms: f64,
+    /// A tick later than this (ms; counted at the next of the recorder's thresholds,
+    /// `protocol::LATE_TICK_MS`) is late …
+    #[serde(default)]
+    pub late_tick_ms: Option<f64>,
+    /// … and the recorder lagged when more than this share of the window's ticks were
+    /// late: sustained lag, not one hiccup.
+    #[serde(default)]
+    pub late_tick_share_max: Option<f64>,
     /// Warn when the 99th percentile of the chunk queueing delay is above this.
     pub queue_delay_p99_ms: f64,
 }

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use tokentrace_schemas::clock::{RunClock, process_cpu_ns};
 use tokentrace_schemas::manifest::CellMeta;
-use tokentrace_schemas::protocol::{Drain, Engine, EngineSeries, LagStat, Readiness};
+use tokentrace_schemas::protocol::{Drain, Engine, EngineSeries, LATE_TICK_MS, LagStat, Readiness};
 use tokentrace_schemas::tables::{Endpoint, EventKind, EventRow, MetricRow, MetricType, Role};
 use tokentrace_schemas::writer::CellWriter;
 use tokentrace_schemas::{CellKey, Phase};
@@ -259,6 +259,7 @@ async fn tick_lateness(tx: mpsc::Sender<Record>, clock: RunClock, mut stop: watc
     interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
     let mut window_start = clock.now_ns();
     let (mut max, mut sum, mut n) = (0.0f64, 0.0f64, 0u32);
+    let mut over = [0u32; LATE_TICK_MS.len()];
     loop {
         let stopping = tokio::select! {
             deadline = interval.tick() => {
@@ -266,27 +267,36 @@ async fn tick_lateness(tx: mpsc::Sender<Record>, clock: RunClock, mut stop: watc
                 max = max.max(late);
                 sum += late;
                 n += 1;
+                for (count, ms) in over.iter_mut().zip(LATE_TICK_MS) {
+                    if late * 1e3 > f64::from(ms) {
+                        *count += 1;
+                    }
+                }
                 false
             }
             _ = stop.changed() => true,
         };
         let now = clock.now_ns();
         if (stopping && n > 0) || now - window_start >= 1_000_000_000 {
-            let mut rows: Vec<MetricRow> = [
-                (LagStat::Max, max),
-                (LagStat::Mean, sum / f64::from(n.max(1))),
-            ]
-            .into_iter()
-            .map(|(stat, value): (LagStat, f64)| MetricRow {
-                scrape_start_ns: window_start,
-                scrape_end_ns: now,
-                family: CLIENT_LAG_METRIC.to_string(),
-                name: CLIENT_LAG_METRIC.to_string(),
-                labels: stat.labels().to_string(),
-                value,
-                metric_type: MetricType::Gauge,
-            })
-            .collect();
+            let mut rows: Vec<MetricRow> = LagStat::all()
+                .map(|stat| {
+                    let value = match stat {
+                        LagStat::Max => max,
+                        LagStat::Mean => sum / f64::from(n.max(1)),
+                        LagStat::Ticks => f64::from(n),
+                        LagStat::Over(i) => f64::from(over.get(i).copied().unwrap_or(0)),
+                    };
+                    MetricRow {
+                        scrape_start_ns: window_start,
+                        scrape_end_ns: now,
+                        family: CLIENT_LAG_METRIC.to_string(),
+                        name: CLIENT_LAG_METRIC.to_string(),
+                        labels: stat.labels(),
+                        value,
+                        metric_type: MetricType::Gauge,
+                    }
+                })
+                .collect();
             rows.push(MetricRow {
                 scrape_start_ns: now,
                 scrape_end_ns: now,
@@ -298,6 +308,7 @@ async fn tick_lateness(tx: mpsc::Sender<Record>, clock: RunClock, mut stop: watc
             });
             let _ = tx.send(Record::Metrics(rows)).await;
             (max, sum, n, window_start) = (0.0, 0.0, 0, now);
+            over = [0; LATE_TICK_MS.len()];
         }
         if stopping {
             return;

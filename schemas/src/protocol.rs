@@ -109,15 +109,40 @@ pub const CLIENT_CPU_METRIC: &str = "tokentrace:process_cpu_seconds_total";
 pub enum LagStat {
     Max,
     Mean,
+    /// Ticks in the second (a count, not seconds).
+    Ticks,
+    /// Ticks later than [`LATE_TICK_MS`]`[i]` milliseconds (a count).
+    Over(usize),
 }
 
+/// The lateness thresholds the recorder counts ticks over, ms: a rule can ask for the
+/// share of late ticks at any of them (recorders before issue 14 counted none).
+pub const LATE_TICK_MS: [u32; 7] = [1, 2, 5, 10, 20, 50, 100];
+
 impl LagStat {
+    /// Every summary the recorder writes each second.
+    pub fn all() -> impl Iterator<Item = LagStat> {
+        [LagStat::Max, LagStat::Mean, LagStat::Ticks]
+            .into_iter()
+            .chain((0..LATE_TICK_MS.len()).map(LagStat::Over))
+    }
+
     /// The sample's canonical label text.
-    pub fn labels(self) -> &'static str {
+    pub fn labels(self) -> String {
         match self {
-            LagStat::Max => "stat=\"max\"",
-            LagStat::Mean => "stat=\"mean\"",
+            LagStat::Max => "stat=\"max\"".to_string(),
+            LagStat::Mean => "stat=\"mean\"".to_string(),
+            LagStat::Ticks => "stat=\"ticks\"".to_string(),
+            LagStat::Over(i) => format!(
+                "stat=\"over_{}ms\"",
+                LATE_TICK_MS.get(i).copied().unwrap_or(0)
+            ),
         }
+    }
+
+    /// The summary a label text names.
+    pub fn from_labels(labels: &str) -> Option<LagStat> {
+        LagStat::all().find(|s| s.labels() == labels)
     }
 }
 

@@ -10,7 +10,7 @@ use tokentrace_schemas::manifest::{
     CellEntry, CellMeta, CellStatus, Clock, EngineInfo, Manifest, RunConfig, ServerCapabilities,
     Target, ToolInfo,
 };
-use tokentrace_schemas::protocol::Engine;
+use tokentrace_schemas::protocol::{CLIENT_LAG_METRIC, Engine, LATE_TICK_MS, LagStat};
 use tokentrace_schemas::rng::Rng;
 use tokentrace_schemas::tables::{
     ChunkKind, ChunkRow, EndReason, Endpoint, EventKind, EventRow, MetricRow, MetricType,
@@ -104,6 +104,13 @@ pub struct DecodeSpec {
     pub looping_chunks: Option<(usize, usize)>,
     /// The request with this index ends with an error event instead of finishing.
     pub failing: Option<usize>,
+    /// The recorder's lag, one entry per second from the window's start: the latest
+    /// tick (ms) and how many of the second's 100 ticks were later than each lateness
+    /// threshold below it (empty: no lag series, as before the recorder had one).
+    pub lag_seconds: Vec<(f64, u32)>,
+    /// With `lag_seconds`: write the tick counts (false: only max and mean, as a
+    /// recorder before issue 14 did).
+    pub lag_counts: bool,
     /// The request with this index reports a cumulative usage this many tokens above
     /// its streamed tokens from its 10th event on (usage and token ids disagree).
     pub usage_extra: Option<(usize, i32)>,
@@ -133,6 +140,8 @@ impl DecodeSpec {
             looping_chunks: None,
             failing: None,
             usage_extra: None,
+            lag_seconds: Vec::new(),
+            lag_counts: true,
             cold: None,
         }
     }
@@ -384,7 +393,42 @@ pub fn write_decode_cell(run: &Path, spec: &DecodeSpec) -> Result<CellMeta> {
         w.push_chunk(row)?;
     }
     write_scrapes(&mut w, spec, end_ns)?;
+    write_lag(&mut w, spec)?;
     w.commit()
+}
+
+fn write_lag(w: &mut CellWriter, spec: &DecodeSpec) -> Result<()> {
+    for (i, &(max_ms, late)) in spec.lag_seconds.iter().enumerate() {
+        let start = i as i64 * 1_000_000_000;
+        for stat in LagStat::all() {
+            let value = match stat {
+                LagStat::Max => max_ms / 1e3,
+                LagStat::Mean => max_ms / 1e3 / 10.0,
+                LagStat::Ticks => 100.0,
+                LagStat::Over(t) => {
+                    let ms = LATE_TICK_MS.get(t).copied().unwrap_or(u32::MAX);
+                    if f64::from(ms) < max_ms {
+                        f64::from(late)
+                    } else {
+                        0.0
+                    }
+                }
+            };
+            if !spec.lag_counts && !matches!(stat, LagStat::Max | LagStat::Mean) {
+                continue;
+            }
+            w.push_metric(MetricRow {
+                scrape_start_ns: start,
+                scrape_end_ns: start + 1_000_000_000,
+                family: CLIENT_LAG_METRIC.to_string(),
+                name: CLIENT_LAG_METRIC.to_string(),
+                labels: stat.labels(),
+                value,
+                metric_type: MetricType::Gauge,
+            })?;
+        }
+    }
+    Ok(())
 }
 
 fn write_scrapes(w: &mut CellWriter, spec: &DecodeSpec, end_ns: i64) -> Result<()> {
@@ -558,6 +602,18 @@ pub fn write_prefill_cell_cached(
     ttft_ns: i64,
     cached: i32,
 ) -> Result<CellMeta> {
+    write_prefill_cell_with(run, key, ttft_ns, cached, 0)
+}
+
+/// Like [`write_prefill_cell_cached`], with the scout's first `reasoning` of its 16
+/// events streamed as reasoning (a model that thinks before it answers).
+pub fn write_prefill_cell_with(
+    run: &Path,
+    key: CellKey,
+    ttft_ns: i64,
+    cached: i32,
+    reasoning: i32,
+) -> Result<CellMeta> {
     let id = i64::from(key.context) * 1_000_000 + 5_000_000;
     let prompt = i32::try_from(key.context).unwrap_or(i32::MAX);
     let vocab = Vocab::new(5000, 7);
@@ -568,7 +624,8 @@ pub fn write_prefill_cell_cached(
     let first = t;
     for seq in 0..16 {
         let text = vocab.token(&mut rng).to_string();
-        let event = sse_event(id, 1_796_000_000, false, &text, (prompt, seq + 1));
+        let thinking = seq < reasoning;
+        let event = sse_event(id, 1_796_000_000, thinking, &text, (prompt, seq + 1));
         w.raw.write(id, t, event.as_bytes())?;
         w.push_chunk(ChunkRow {
             request_id: id,
@@ -579,8 +636,8 @@ pub fn write_prefill_cell_cached(
             kind: ChunkKind::Data,
             tokens: Some(1),
             completion_tokens: Some(seq + 1),
-            content: Some(text),
-            reasoning: None,
+            content: (!thinking).then(|| text.clone()),
+            reasoning: thinking.then_some(text),
             finish_reason: (seq == 15).then(|| "length".to_string()),
             error: None,
         })?;

@@ -82,7 +82,7 @@ pub fn scored<'v, 'a>(
 
 /// The scout's TTFT, ns, under the TTFT rule.
 pub fn scout_ttft(scout: &Stream, rules: &RuleSet) -> Option<i64> {
-    first_token(&scout.tokens, rules.ttft.first)
+    first_token(&scout.tokens, rules.ttft.prefill())
         .zip(scout.info.sent_ns)
         .map(|(f, s)| f - s)
 }
@@ -128,6 +128,11 @@ pub fn decode(v: &DecodeView, rules: &RuleSet) -> Figures {
         .to_string(),
     );
     f.token_disagreements = v.streams.iter().filter(|s| s.disagrees).count();
+    f.client_tick_lateness_max_ms = v.tick_lateness_max_ms();
+    f.client_late_tick_share = rules
+        .client_lag
+        .late_tick_ms
+        .and_then(|ms| v.late_tick_share(ms));
     f.total_tok_s = (window_ns > 0).then(|| f.output_tokens as f64 / window_s);
     let (mut ttft, mut tbt, mut rate, mut e2e) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     let mut count = 0;

@@ -62,7 +62,8 @@ pub fn scout(v: &PrefillView, rules: &RuleSet) -> Vec<Evidence> {
         vec![Evidence::Missing {
             what: format!(
                 "the scout (request {}) produced no first token by the rule `{:?}`",
-                scout.info.request_id, rules.ttft.first
+                scout.info.request_id,
+                rules.ttft.prefill()
             ),
         }]
     } else {

@@ -3,9 +3,10 @@
 //! samples inside the window, the recorder's lag and the repetitions in each text.
 
 use tokentrace_schemas::layout::CellKey;
+use tokentrace_schemas::protocol::LATE_TICK_MS;
 use tokentrace_schemas::tables::Role;
 
-use crate::load::{EventInfo, Loaded, RequestInfo, Sample, TokenAgg};
+use crate::load::{EventInfo, Loaded, RequestInfo, Sample, TickCounts, TokenAgg};
 use crate::loops::{self, Repetition};
 use crate::presets::Preset;
 use crate::rules::{Channel, RuleSet, TokenCount};
@@ -95,6 +96,8 @@ pub struct DecodeView<'a> {
     pub waiting: Gauge<'a>,
     /// The recorder's lag samples over the whole cell.
     pub client_lag: &'a [Sample],
+    /// The recorder's tick counts per second over the whole cell.
+    pub tick_counts: &'a [TickCounts],
     /// Gaps between consecutive token events inside the window, ns.
     pub gaps: &'a [i64],
     /// How long read chunks waited before the recorder parsed them, ns.
@@ -142,6 +145,11 @@ impl<'a> DecodeView<'a> {
                 .and_then(|s| s.get(tokentrace_schemas::protocol::CLIENT_LAG_METRIC))
                 .map(Vec::as_slice)
                 .unwrap_or(&[]),
+            tick_counts: loaded
+                .tick_counts
+                .get(&key)
+                .map(Vec::as_slice)
+                .unwrap_or(&[]),
             gaps: loaded.gaps.get(&key).map(Vec::as_slice).unwrap_or(&[]),
             queue_delays: loaded
                 .queue_delays
@@ -155,6 +163,36 @@ impl<'a> DecodeView<'a> {
 
     pub fn window_ns(&self) -> i64 {
         self.close - self.open
+    }
+
+    /// The recorder's latest tick in the seconds that overlap the window, ms.
+    pub fn tick_lateness_max_ms(&self) -> Option<f64> {
+        Some(
+            self.client_lag
+                .iter()
+                .filter(|s| s.end_ns > self.open && s.start_ns < self.close && !s.value.is_nan())
+                .map(|s| s.value * 1e3)
+                .fold(f64::NAN, f64::max),
+        )
+        .filter(|t| !t.is_nan())
+    }
+
+    /// The share of the ticks in the seconds that overlap the window that were later
+    /// than the first of the recorder's thresholds at or above `late_ms`; `None` without
+    /// tick counts.
+    pub fn late_tick_share(&self, late_ms: f64) -> Option<f64> {
+        let at = LATE_TICK_MS
+            .iter()
+            .position(|&t| f64::from(t) >= late_ms)
+            .unwrap_or(LATE_TICK_MS.len() - 1);
+        let (late, ticks) = self
+            .tick_counts
+            .iter()
+            .filter(|s| s.end_ns > self.open && s.start_ns < self.close)
+            .fold((0.0, 0.0), |(l, t), s| {
+                (l + s.over.get(at).copied().unwrap_or(0.0), t + s.ticks)
+            });
+        (ticks > 0.0).then(|| late / ticks)
     }
 
     /// Whether `t` falls inside the window (both ends included).

@@ -86,28 +86,32 @@ pub fn no_server_metrics(v: &DecodeView, _: &RuleSet) -> Vec<Warning> {
     }
 }
 
-/// The recorder was late on its ticks, or chunks waited to be parsed, beyond the limits.
+/// The recorder lagged: more than the rule's share of its ticks were late (sustained
+/// lag; one late tick is only in the figures), or, for runs without tick counts, its
+/// latest tick was beyond the limit; or chunks waited to be parsed beyond the limit.
 pub fn client_lag(v: &DecodeView, rules: &RuleSet) -> Vec<Warning> {
-    let tick_max = Some(
-        v.client_lag
-            .iter()
-            .filter(|s| s.end_ns > v.open && s.start_ns < v.close && !s.value.is_nan())
-            .map(|s| s.value * 1e3)
-            .fold(f64::NAN, f64::max),
-    )
-    .filter(|t| !t.is_nan());
+    let lag = &rules.client_lag;
+    let tick_max = v.tick_lateness_max_ms();
     let queue_p99 = (!v.queue_delays.is_empty())
         .then(|| stats::sorted(v.queue_delays.iter().map(|x| ms(*x)).collect()))
         .and_then(|d| stats::percentile(&d, 99.0, rules.stats.percentile));
-    let lag = &rules.client_lag;
-    if tick_max.is_some_and(|t| t > lag.tick_lateness_max_ms)
-        || queue_p99.is_some_and(|q| q > lag.queue_delay_p99_ms)
-    {
+    let share = lag
+        .late_tick_ms
+        .zip(lag.late_tick_share_max)
+        .and_then(|(late_ms, _)| v.late_tick_share(late_ms));
+    let ticks_late = match (share, lag.late_tick_share_max) {
+        (Some(s), Some(max)) => s > max,
+        _ => tick_max.is_some_and(|t| t > lag.tick_lateness_max_ms),
+    };
+    if ticks_late || queue_p99.is_some_and(|q| q > lag.queue_delay_p99_ms) {
         vec![Warning::ClientLag {
             tick_lateness_max_ms: tick_max,
             queue_delay_p99_ms: queue_p99,
             tick_threshold_ms: lag.tick_lateness_max_ms,
             queue_threshold_ms: lag.queue_delay_p99_ms,
+            late_tick_share: share,
+            late_tick_ms: share.and(lag.late_tick_ms),
+            late_tick_share_max: share.and(lag.late_tick_share_max),
         }]
     } else {
         Vec::new()

@@ -189,3 +189,31 @@ fn the_token_count_rule_chooses_usage_or_the_recorded_count() {
         assert!(tok_s(&usage) > tok_s(&recorded), "{name}: total tok/s too");
     }
 }
+
+#[test]
+fn a_prefill_scout_that_reasons_first_is_timed_to_its_first_token() {
+    // The scout's first token comes 100 ms after sending; it reasons for 8 events
+    // (10 ms apart) before its first answer text.
+    let dir = tempfile::tempdir().expect("tempdir");
+    let key = CellKey::new(Phase::Prefill, 8192, 1);
+    synth::write_prefill_cell_with(dir.path(), key, 100_000_000, 0, 8).expect("cell");
+    synth::manifest("prefill", &[key])
+        .write(dir.path())
+        .expect("manifest");
+    let ttft = |rules: &RuleSet| {
+        let s = score_dir(dir.path(), rules).expect("scored");
+        s.cells[0].figures.clone().expect("figures").ttft_ms.median
+    };
+    for name in ["reference", "default"] {
+        let rules = RuleSet::builtin(name).expect("rules");
+        assert_eq!(ttft(&rules), Some(100.0), "{name}");
+    }
+    // A rule set may time prefill to the first answer text on purpose.
+    let content = tokentrace_analyzer::rules::parse(
+        "name = \"content\"\nversion = \"1\"\nextends = \"reference\"\n\
+         [ttft]\nprefill = \"first_content\"\n",
+        std::path::Path::new("content.toml"),
+    )
+    .expect("rules");
+    assert_eq!(ttft(&content), Some(180.0));
+}

@@ -326,3 +326,76 @@ fn a_short_running_gauge_with_requests_waiting_is_still_a_queue_under_default() 
         score_dir(dir.path(), &RuleSet::builtin("default").expect("rules")).expect("scored");
     assert_eq!(default.cells[0].verdict, Some(Verdict::Valid));
 }
+
+/// Issue 14: a 4-stream cell with the recorder's lag over its first ten seconds.
+fn lag_run(dir: &Path, seconds: Vec<(f64, u32)>, counts: bool) {
+    let spec = DecodeSpec {
+        lag_seconds: seconds,
+        lag_counts: counts,
+        ..DecodeSpec::new(key(4), 30_000)
+    };
+    synth::write_decode_cell(dir, &spec).expect("cell");
+    synth::manifest("lag", &[spec.key])
+        .write(dir)
+        .expect("manifest");
+}
+
+fn lag_warnings(s: &Scoring) -> Vec<&Warning> {
+    s.cells[0]
+        .warnings
+        .iter()
+        .filter(|w| matches!(w, Warning::ClientLag { .. }))
+        .collect()
+}
+
+#[test]
+fn one_late_tick_is_a_figure_and_sustained_lag_a_warning() {
+    let quiet = (0.3, 0);
+    let score = |dir: &Path, name: &str| {
+        score_dir(dir, &RuleSet::builtin(name).expect("rules")).expect("scored")
+    };
+    // One hiccup: a single tick 44 ms late among ten seconds of ticks.
+    let mut hiccup = vec![quiet; 10];
+    hiccup[3] = (44.0, 1);
+    let dir = tempfile::tempdir().expect("tempdir");
+    lag_run(dir.path(), hiccup.clone(), true);
+    for name in ["default", "reference"] {
+        let s = score(dir.path(), name);
+        assert!(
+            lag_warnings(&s).is_empty(),
+            "{name}: {:?}",
+            s.cells[0].warnings
+        );
+        let f = s.cells[0].figures.as_ref().expect("figures");
+        assert_eq!(f.client_tick_lateness_max_ms, Some(44.0), "{name}");
+        let share = f.client_late_tick_share.expect("share");
+        assert!((share - 0.001).abs() < 1e-12, "{name}: {share}");
+    }
+    assert_eq!(
+        lag_warnings(&score(dir.path(), "default@1.1.0")).len(),
+        1,
+        "1.1.0 warned on the one tick"
+    );
+    // A run from a recorder without tick counts: only the latest tick is known.
+    let dir = tempfile::tempdir().expect("tempdir");
+    lag_run(dir.path(), hiccup, false);
+    assert_eq!(lag_warnings(&score(dir.path(), "default")).len(), 1);
+    // Sustained: every second has 5 of its 100 ticks 15 ms late.
+    let dir = tempfile::tempdir().expect("tempdir");
+    lag_run(dir.path(), vec![(15.0, 5); 10], true);
+    let s = score(dir.path(), "default");
+    match lag_warnings(&s)[..] {
+        [
+            Warning::ClientLag {
+                late_tick_share: Some(share),
+                late_tick_ms: Some(ms),
+                late_tick_share_max: Some(max),
+                ..
+            },
+        ] => {
+            assert!((share - 0.05).abs() < 1e-12, "{share}");
+            assert_eq!((*ms, *max), (10.0, 0.01));
+        }
+        ref other => panic!("{other:?}"),
+    }
+}
