@@ -10,6 +10,7 @@ use tokentrace_schemas::layout::Phase;
 use crate::contract::{CellScore, Evidence, Figures, Scoring, Verdict, Warning};
 use crate::figures::{Column, FIGURES, Figure};
 use crate::numbers::{context_label, fixed, ms_whole, rate, thousands};
+use crate::rules::TokenCount;
 
 /// Output formats of `report`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -61,6 +62,28 @@ fn shown(c: &CellScore) -> Option<&Figures> {
         .filter(|_| c.verdict.is_some_and(Verdict::shows_figures))
 }
 
+/// The model's name for titles: the file name when the served id is a file path (as
+/// llama.cpp serves a GGUF), else the id (`org/name` ids are names, not paths).
+pub fn model_display_name(id: &str) -> &str {
+    let path_like = id.starts_with('/')
+        || id.starts_with("./")
+        || id.starts_with("~/")
+        || id.contains('\\')
+        || [".gguf", ".bin", ".safetensors"]
+            .iter()
+            .any(|ext| id.to_ascii_lowercase().ends_with(ext));
+    if path_like {
+        id.rsplit(['/', '\\']).find(|s| !s.is_empty()).unwrap_or(id)
+    } else {
+        id
+    }
+}
+
+/// "1 context", "3 contexts".
+fn count_of(n: usize, one: &str, many: &str) -> String {
+    format!("{n} {}", if n == 1 { one } else { many })
+}
+
 fn range_label(values: &[u32], label: impl Fn(u32) -> String) -> String {
     match (values.first(), values.last()) {
         (Some(a), Some(b)) if a != b => format!("{}–{}", label(*a), label(*b)),
@@ -94,26 +117,31 @@ fn markdown(s: &Scoring) -> String {
         .filter(|c| c.phase == Phase::Prefill)
         .collect();
     let engine = r.engine.as_deref().unwrap_or("unknown engine");
-    let version = r.engine_version.as_deref().unwrap_or("unknown version");
+    let version = r.engine_version.as_deref().filter(|v| !v.is_empty());
     let _ = writeln!(o, "# Speed test matrix\n");
     let _ = writeln!(
         o,
         "**{}** on {}\n",
-        r.model,
+        model_display_name(&r.model),
         r.hardware.as_deref().unwrap_or("unspecified hardware")
     );
-    let mut subtitle = format!(
-        "{engine} · {version} · {} contexts ({}) × {} concurrency levels ({})",
-        contexts.len(),
+    let mut subtitle: Vec<String> = [Some(engine), version]
+        .into_iter()
+        .flatten()
+        .map(str::to_string)
+        .collect();
+    subtitle.push(format!(
+        "{} ({}) × {} ({})",
+        count_of(contexts.len(), "context", "contexts"),
         range_label(&contexts, context_label),
-        levels.len(),
+        count_of(levels.len(), "concurrency level", "concurrency levels"),
         range_label(&levels, |n| n.to_string())
-    );
+    ));
     if !prefill.is_empty() {
         let at: Vec<String> = prefill.iter().map(|c| context_label(c.context)).collect();
-        let _ = write!(subtitle, " · prefill at {}", at.join(", "));
+        subtitle.push(format!("prefill at {}", at.join(", ")));
     }
-    let _ = writeln!(o, "{subtitle}\n");
+    let _ = writeln!(o, "{}\n", subtitle.join(" · "));
     if s.cells.iter().all(|c| c.verdict.is_none()) {
         let _ = writeln!(
             o,
@@ -140,7 +168,11 @@ fn markdown(s: &Scoring) -> String {
     }
     let _ = writeln!(o, "\n## Engine\n");
     let _ = writeln!(o, "- Engine: {engine}");
-    let _ = writeln!(o, "- Version: {version}");
+    let _ = writeln!(
+        o,
+        "- Version: {}",
+        version.unwrap_or("not reported by the server")
+    );
     // Details that only repeat the name and version above are left out.
     let repeats = |k: &str, v: &str| {
         (k == "engine" || k == "name") && Some(v) == r.engine.as_deref()
@@ -183,8 +215,20 @@ fn markdown(s: &Scoring) -> String {
     );
     let _ = writeln!(
         o,
-        "- Token counting: {}",
-        r.token_counting.as_deref().unwrap_or("unknown")
+        "- Tokens recorded as: {}",
+        r.token_counting.as_deref().map_or(
+            "unknown",
+            tokentrace_schemas::protocol::describe_token_counting
+        )
+    );
+    let _ = writeln!(
+        o,
+        "- Tokens counted in the figures from: {}",
+        match s.rules.tokens.count {
+            TokenCount::Usage =>
+                "the server's cumulative usage, where every streamed event carried it; as recorded elsewhere",
+            TokenCount::Recorded => "the tokens as recorded",
+        }
     );
     let _ = writeln!(
         o,
@@ -262,22 +306,46 @@ fn markdown(s: &Scoring) -> String {
             }
             let _ = writeln!(o);
         }
-        let _ = writeln!(
-            o,
-            "\nRequests queued: the server could not run all requests at once, so some waited in a queue. \
-             Looped: the model kept repeating the same text, so this measurement was discarded. \
-             Error: a stream failed or disconnected inside the window, so this measurement was discarded."
-        );
+        // The legend explains only the verdicts the matrix shows.
+        let shown = |v: Verdict| {
+            s.cells
+                .iter()
+                .any(|c| c.phase == Phase::Decode && c.verdict == Some(v))
+        };
+        let legend: Vec<&str> = [
+            (
+                Verdict::RequestsQueued,
+                "Requests queued: the server could not run all requests at once, so some waited in a queue.",
+            ),
+            (
+                Verdict::Looped,
+                "Looped: the model kept repeating the same text, so this measurement was discarded.",
+            ),
+            (
+                Verdict::Error,
+                "Error: a stream failed or disconnected inside the window, so this measurement was discarded.",
+            ),
+        ]
+        .into_iter()
+        .filter(|(v, _)| shown(*v))
+        .map(|(_, text)| text)
+        .collect();
+        let mut footer: Vec<String> = Vec::new();
+        if !legend.is_empty() {
+            footer.push(legend.join(" "));
+        }
         if !prefill.is_empty() {
-            let _ = writeln!(
-                o,
-                "{}",
+            footer.push(
                 if r.prefill_mode == "warmup" {
                     "TTFT is measured after the warm-up filled the server's prompt cache, so it mostly excludes prefill."
                 } else {
                     "TTFT is measured after the prefill scout warmed the server's prompt cache, so it mostly excludes prefill."
                 }
+                .to_string(),
             );
+        }
+        if !footer.is_empty() {
+            let _ = writeln!(o, "\n{}", footer.join("\n"));
         }
     }
 
@@ -341,6 +409,123 @@ fn g(v: f64) -> String {
 }
 
 /// One line per verdict reason and warning of a cell, for the Notes section.
+/// Why a cell is not Valid, in one line of words; the samples behind it are in the JSON
+/// scoring's `evidence`.
+fn verdict_note(c: &CellScore) -> Option<String> {
+    let verdict = c.verdict.filter(|v| *v != Verdict::Valid)?;
+    let (mut failed, mut loops, mut queued, mut why) = (vec![], vec![], vec![], vec![]);
+    for e in &c.evidence {
+        match e {
+            Evidence::FailedStream { .. } => failed.push(e),
+            Evidence::Loop(l) => loops.push(l),
+            Evidence::WarmupNotReady { .. }
+            | Evidence::RunningNeverReachedN { .. }
+            | Evidence::RunningMeanBelow { .. }
+            | Evidence::WaitingMeanAbove { .. }
+            | Evidence::WaitingSampleAbove { .. } => queued.push(e),
+            Evidence::Missing { what } => why.push(what.clone()),
+            Evidence::ScoutCached {
+                request_id,
+                cached_tokens,
+                prompt_tokens,
+                max_fraction,
+            } => why.push(format!(
+                "the scout (request {request_id}) had {} of its {} prompt tokens served from the prefix cache (more than {}%), so prefill was not measured",
+                thousands(*cached_tokens),
+                thousands(*prompt_tokens),
+                g(max_fraction * 100.0)
+            )),
+        }
+    }
+    let more = |listed: usize| {
+        let n = listed.saturating_sub(1) + c.evidence_omitted;
+        if n > 0 {
+            format!(", and {n} more")
+        } else {
+            String::new()
+        }
+    };
+    if let Some(Evidence::FailedStream {
+        request_id,
+        role,
+        end_reason,
+        error,
+        end_s,
+    }) = failed.first()
+    {
+        why.push(format!(
+            "{role} request {request_id} ended `{end_reason}`{}{}{}",
+            end_s
+                .map(|s| format!(" {} s into the window", fixed(s, 2)))
+                .unwrap_or_default(),
+            error
+                .as_deref()
+                .map(|e| format!(": {}", e.replace(['\n', '|'], " ")))
+                .unwrap_or_default(),
+            more(failed.len())
+        ));
+    }
+    if let Some(l) = loops.first() {
+        why.push(format!(
+            "{} request {} repeats a {}-character passage {} times ({} characters) in its {}{}",
+            l.role,
+            l.request_id,
+            thousands(l.cycle_chars as i64),
+            l.cycles,
+            thousands(l.span_chars as i64),
+            l.channel.as_str(),
+            more(loops.len())
+        ));
+    }
+    let clauses: Vec<String> = queued
+        .iter()
+        .filter_map(|e| match e {
+            Evidence::WarmupNotReady { detail } => Some(format!(
+                "the warm-up ended before every stream had a token ({detail})"
+            )),
+            Evidence::RunningNeverReachedN {
+                max, concurrency, ..
+            } => Some(format!(
+                "at most {} of the {concurrency} requests ran at once",
+                g(*max)
+            )),
+            Evidence::RunningMeanBelow {
+                mean, threshold, ..
+            } => Some(format!(
+                "{} requests ran on average (fewer than {})",
+                fixed(*mean, 2),
+                g(*threshold)
+            )),
+            Evidence::WaitingMeanAbove {
+                mean, threshold, ..
+            } => Some(format!(
+                "{} requests waited on average (more than {})",
+                fixed(*mean, 2),
+                g(*threshold)
+            )),
+            Evidence::WaitingSampleAbove {
+                samples_above,
+                samples,
+                ..
+            } => Some(format!(
+                "requests waited in {samples_above} of {samples} scrapes"
+            )),
+            _ => None,
+        })
+        .collect();
+    if !clauses.is_empty() {
+        why.push(clauses.join(", "));
+    }
+    if why.is_empty() {
+        return Some(format!("{}: see the JSON scoring", verdict.label()));
+    }
+    Some(format!(
+        "{}: {}; samples in the JSON scoring",
+        verdict.label(),
+        why.join("; ")
+    ))
+}
+
 fn cell_notes(c: &CellScore) -> Vec<String> {
     let name = cell_name(c);
     let mut out = Vec::new();
@@ -354,98 +539,8 @@ fn cell_notes(c: &CellScore) -> Vec<String> {
                 .unwrap_or_default()
         ));
     }
-    for e in &c.evidence {
-        let line = match e {
-            Evidence::FailedStream {
-                request_id,
-                role,
-                end_reason,
-                error,
-                end_s,
-            } => format!(
-                "Error: {role} request {request_id} ended `{end_reason}`{}{}",
-                end_s
-                    .map(|s| format!(" at {} s", fixed(s, 2)))
-                    .unwrap_or_default(),
-                error
-                    .as_deref()
-                    .map(|e| format!(": {}", e.replace(['\n', '|'], " ")))
-                    .unwrap_or_default()
-            ),
-            Evidence::Missing { what } => format!("Error: {what}"),
-            Evidence::Loop(l) => format!(
-                "Looped: {} request {} repeats {} characters {} times ({} characters) in its {} from character {}",
-                l.role,
-                l.request_id,
-                thousands(l.cycle_chars as i64),
-                l.cycles,
-                thousands(l.span_chars as i64),
-                l.channel.as_str(),
-                thousands(l.start_char as i64)
-            ),
-            Evidence::ScoutCached {
-                request_id,
-                cached_tokens,
-                prompt_tokens,
-                max_fraction,
-            } => format!(
-                "Served from cache: the scout (request {request_id}) had {} of its {} prompt tokens served from the prefix cache (more than {}%), so prefill was not measured",
-                thousands(*cached_tokens),
-                thousands(*prompt_tokens),
-                g(max_fraction * 100.0)
-            ),
-            Evidence::WarmupNotReady { detail } => {
-                format!("Requests queued: warm-up never reached readiness ({detail})")
-            }
-            Evidence::RunningNeverReachedN {
-                metric,
-                max,
-                concurrency,
-            } => format!(
-                "Requests queued: `{metric}` never reached {concurrency} (max {})",
-                g(*max)
-            ),
-            Evidence::RunningMeanBelow {
-                metric,
-                mean,
-                threshold,
-                samples,
-            } => format!(
-                "Requests queued: mean `{metric}` {} below {} over {samples} scrapes",
-                fixed(*mean, 2),
-                g(*threshold)
-            ),
-            Evidence::WaitingMeanAbove {
-                metric,
-                mean,
-                threshold,
-                samples,
-            } => format!(
-                "Requests queued: mean `{metric}` {} above {} over {samples} scrapes",
-                fixed(*mean, 2),
-                g(*threshold)
-            ),
-            Evidence::WaitingSampleAbove {
-                metric,
-                value,
-                threshold,
-                at_s,
-                samples_above,
-                samples,
-            } => format!(
-                "Requests queued: `{metric}` was {} (above {}) {} s into the window; {samples_above} of {samples} scrapes above",
-                g(*value),
-                g(*threshold),
-                fixed(*at_s, 2)
-            ),
-        };
+    if let Some(line) = verdict_note(c) {
         out.push(format!("{name}: {line}"));
-    }
-    if c.evidence_omitted > 0 {
-        out.push(format!(
-            "{name}: {} more evidence items in the JSON scoring's count",
-            c.evidence_omitted
-        ));
     }
     for w in &c.warnings {
         let line = match w {

@@ -11,7 +11,9 @@ use std::time::{Duration, Instant};
 use tokentrace_schemas::clock::{RunClock, process_cpu_ns};
 use tokentrace_schemas::manifest::CellMeta;
 use tokentrace_schemas::protocol::{Drain, Engine, EngineSeries, LATE_TICK_MS, LagStat, Readiness};
-use tokentrace_schemas::tables::{Endpoint, EventKind, EventRow, MetricRow, MetricType, Role};
+use tokentrace_schemas::tables::{
+    EndReason, Endpoint, EventKind, EventRow, MetricRow, MetricType, RequestRow, Role,
+};
 use tokentrace_schemas::writer::CellWriter;
 use tokentrace_schemas::{CellKey, Phase};
 use tokio::sync::{Notify, mpsc, oneshot, watch};
@@ -201,8 +203,9 @@ fn writer_loop(
     mut rx: mpsc::Receiver<Record>,
     tokens: Arc<AtomicU64>,
     stop: &AtomicBool,
-) -> Result<CellMeta, CellError> {
+) -> Result<Recorded, CellError> {
     let mut commit = false;
+    let mut tally = Tally::default();
     loop {
         // Polled, not parked: a parked writer costs the sender a wake-up (a futex call
         // and a context switch) per record; polling costs one wake-up per interval
@@ -236,7 +239,10 @@ fn writer_loop(
                 }
                 tokens.fetch_add(n, Ordering::Relaxed);
             }
-            Record::Request(q) => w.push_request(*q)?,
+            Record::Request(q) => {
+                tally.count(&q);
+                w.push_request(*q)?
+            }
             Record::Metrics(rows) => {
                 for m in rows {
                     w.push_metric(m)?;
@@ -249,7 +255,69 @@ fn writer_loop(
     if !commit {
         return Err(CellError::Abandoned);
     }
-    Ok(w.commit()?)
+    Ok(Recorded {
+        meta: w.commit()?,
+        tally,
+    })
+}
+
+/// A committed cell, with its requests counted for the progress line.
+#[derive(Debug)]
+pub struct Recorded {
+    pub meta: CellMeta,
+    pub tally: Tally,
+}
+
+/// A cell's requests by how they ended.
+#[derive(Debug, Default)]
+pub struct Tally {
+    /// Request rows written.
+    pub requests: u64,
+    /// Requests that ended in an error before their first token (refused) …
+    pub refused: u64,
+    /// … and after it (failed mid-stream).
+    pub failed: u64,
+}
+
+impl Tally {
+    fn count(&mut self, row: &RequestRow) {
+        self.requests += 1;
+        if matches!(
+            row.end_reason,
+            EndReason::HttpError
+                | EndReason::StreamError
+                | EndReason::Disconnect
+                | EndReason::StallTimeout
+        ) {
+            if row.first_token_ns.is_some() {
+                self.failed += 1;
+            } else {
+                self.refused += 1;
+            }
+        }
+    }
+
+    /// "12 requests, none failed" or "12 requests (2 refused before streaming, 1 failed
+    /// mid-stream)".
+    pub fn requests_line(&self) -> String {
+        let plural = |n: u64, one: &str| format!("{n} {one}{}", if n == 1 { "" } else { "s" });
+        let mut parts = Vec::new();
+        if self.refused > 0 {
+            parts.push(format!("{} refused before streaming", self.refused));
+        }
+        if self.failed > 0 {
+            parts.push(format!("{} failed mid-stream", self.failed));
+        }
+        if parts.is_empty() {
+            format!("{}, none failed", plural(self.requests, "request"))
+        } else {
+            format!(
+                "{} ({})",
+                plural(self.requests, "request"),
+                parts.join(", ")
+            )
+        }
+    }
 }
 
 /// Measures how late a [`LAG_TICK`] tick fires on this runtime; queues one summary per second
@@ -323,7 +391,7 @@ async fn start(
 ) -> Result<
     (
         Arc<Cell>,
-        tokio::task::JoinHandle<Result<CellMeta, CellError>>,
+        tokio::task::JoinHandle<Result<Recorded, CellError>>,
     ),
     CellError,
 > {
@@ -356,9 +424,9 @@ async fn start(
 /// Ends a cell the server refused: nothing is committed, and the error says why.
 async fn give_up(
     cell: Arc<Cell>,
-    handle: tokio::task::JoinHandle<Result<CellMeta, CellError>>,
+    handle: tokio::task::JoinHandle<Result<Recorded, CellError>>,
     why: GaveUp,
-) -> Result<CellMeta, CellError> {
+) -> Result<Recorded, CellError> {
     drop(cell);
     let _ = handle.await;
     Err(CellError::Refused(why))
@@ -399,8 +467,8 @@ impl Cell {
 
 async fn finish(
     cell: Arc<Cell>,
-    handle: tokio::task::JoinHandle<Result<CellMeta, CellError>>,
-) -> Result<CellMeta, CellError> {
+    handle: tokio::task::JoinHandle<Result<Recorded, CellError>>,
+) -> Result<Recorded, CellError> {
     let (refused, last) = cell.pacer.refusals();
     if let Some(last) = last {
         let detail =
@@ -418,7 +486,7 @@ pub async fn record_prefill(
     ctx: &RunCtx,
     plan: &CellPlan,
     run: &Path,
-) -> Result<CellMeta, CellError> {
+) -> Result<Recorded, CellError> {
     debug_assert_eq!(plan.key.phase, Phase::Prefill);
     let (cell, handle) = start(ctx, plan, run).await?;
     cell.scrape_once().await;
@@ -531,7 +599,7 @@ pub async fn record_decode(
     ctx: &RunCtx,
     plan: &CellPlan,
     run: &Path,
-) -> Result<CellMeta, CellError> {
+) -> Result<Recorded, CellError> {
     debug_assert_eq!(plan.key.phase, Phase::Decode);
     let (cell, handle) = start(ctx, plan, run).await?;
     let n = plan.key.concurrency.max(1);

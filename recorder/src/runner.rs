@@ -245,17 +245,28 @@ pub async fn record(
         opts.metrics_url.as_deref(),
     )
     .await?;
+    let engine: Vec<&str> = [
+        info.engine.name.as_deref().or(Some("unknown")),
+        info.engine.version.as_deref(),
+    ]
+    .into_iter()
+    .flatten()
+    .filter(|s| !s.is_empty())
+    .collect();
     progress(Progress::Line(format!(
-        "server: model {} · engine {} {} · longest request {} · tokens counted by {}",
+        "server: model {} · engine {} · longest request {} · tokens counted as {}",
         info.model,
-        info.engine.name.as_deref().unwrap_or("unknown"),
-        info.engine.version.as_deref().unwrap_or(""),
+        engine.join(" "),
         match (info.max_model_len, &info.capabilities.max_model_len_source) {
-            (Some(m), Some(s)) => format!("{m} ({s})"),
-            (Some(m), None) => m.to_string(),
+            (Some(m), Some(s)) => format!("{m} tokens ({s})"),
+            (Some(m), None) => format!("{m} tokens"),
             _ => "unknown".to_string(),
         },
-        info.capabilities.token_counting.as_deref().unwrap_or("?"),
+        info.capabilities
+            .token_counting
+            .as_deref()
+            .and_then(tokentrace_wire::TokenCounting::from_name)
+            .map_or("unknown", tokentrace_wire::TokenCounting::describe),
     )));
     let mut manifest = if resume {
         let m = Manifest::read(&opts.out)?;
@@ -455,17 +466,18 @@ pub async fn record(
         };
         let prompt_miss = tokens.abs_diff(key.context);
         match result {
-            Ok(meta) => {
+            Ok(done) => {
                 manifest.cells[i].status = CellStatus::Complete;
                 manifest.cells[i].reason = (prompt_miss > 0)
                     .then(|| format!("prompt is {tokens} tokens, {prompt_miss} off the context"));
-                let rows = meta.files.get("chunks.parquet").map_or(0, |f| f.rows);
+                let rows = done.meta.files.get("chunks.parquet").map_or(0, |f| f.rows);
                 progress(Progress::CellEnd {
                     index: i,
                     total,
                     key,
                     line: format!(
-                        "committed, {rows} chunks in {:.1} s",
+                        "committed: {rows} chunks, {} in {:.1} s",
+                        done.tally.requests_line(),
                         started.elapsed().as_secs_f64()
                     ),
                 });

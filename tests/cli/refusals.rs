@@ -88,7 +88,16 @@ async fn a_server_refusing_above_a_rate_gets_a_bounded_rate_and_the_cell_measure
     // Short requests: unpaced, four workers would send ~100 a second.
     opts.max_tokens = 8;
     let started = Instant::now();
-    let m = runner::record(&opts, |_| {}).await.expect("recorded");
+    let lines = std::sync::Mutex::new(Vec::new());
+    let m = runner::record(&opts, |p| {
+        if let runner::Progress::CellEnd { key, line, .. } = p
+            && let Ok(mut l) = lines.lock()
+        {
+            l.push((key, line));
+        }
+    })
+    .await
+    .expect("recorded");
     let elapsed = started.elapsed().as_secs_f64();
     let received = server.requests_received();
     server.stop();
@@ -127,4 +136,16 @@ async fn a_server_refusing_above_a_rate_gets_a_bounded_rate_and_the_cell_measure
         .and_then(|e| e.detail.clone())
         .expect("the refusals are counted");
     assert!(note.contains(&format!("{refused} requests")), "{note}");
+    // The cell's progress line counts them too.
+    let lines = lines.into_inner().expect("lines");
+    let (_, line) = lines
+        .iter()
+        .find(|(k, _)| k.concurrency == 4)
+        .expect("the decode cell's line");
+    assert!(
+        line.starts_with("committed: ")
+            && line.contains(&format!("{} requests (", rows.len()))
+            && line.contains(&format!("{refused} refused before streaming")),
+        "{line}"
+    );
 }

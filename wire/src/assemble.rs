@@ -39,6 +39,11 @@ impl TokenCounting {
         }
     }
 
+    /// The policy in words, for people.
+    pub fn describe(self) -> &'static str {
+        tokentrace_schemas::protocol::describe_token_counting(self.as_str())
+    }
+
     /// The policy a manifest name stands for.
     pub fn from_name(name: &str) -> Option<TokenCounting> {
         match name {

@@ -2,6 +2,7 @@
 //! - `figures`: scored figures agree with the same figures computed row by row;
 //! - `verdicts`: each verdict fires on the cell built to trigger it, with its evidence;
 //! - `loops`: long cycles, a cycle beyond the cap, Unicode, chunking;
+//! - `report`: the Markdown report's wording;
 //! - `rules`: built-in rule sets, `extends`, and bad rule files;
 //! - `schema`: real JSON output validates against the committed JSON Schema;
 //! - `interop`: polars reads every table arrow-rs wrote, with the Hive columns, and
@@ -10,6 +11,7 @@
 mod figures;
 mod interop;
 mod loops;
+mod report;
 mod rules;
 mod schema;
 mod verdicts;

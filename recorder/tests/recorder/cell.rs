@@ -69,12 +69,20 @@ async fn a_decode_cell_is_recorded_whole() {
     let sim = sim().await;
     let dir = tempfile::tempdir().expect("tempdir");
     let key = CellKey::new(Phase::Decode, 300, 2);
-    let meta = cell::record_decode(&ctx(&sim), &plan(key, 100), dir.path())
+    let done = cell::record_decode(&ctx(&sim), &plan(key, 100), dir.path())
         .await
         .expect("cell");
-    assert!(meta.complete);
+    assert!(done.meta.complete);
     let d = key.dir(dir.path());
     let requests = read_table::<Requests>(&d.join("requests.parquet")).expect("requests");
+    // The progress line's counts are the table's.
+    assert_eq!(done.tally.requests as usize, requests.len());
+    assert_eq!((done.tally.refused, done.tally.failed), (0, 0));
+    assert!(
+        done.tally.requests_line().ends_with("requests, none failed"),
+        "{}",
+        done.tally.requests_line()
+    );
     let chunks = read_table::<Chunks>(&d.join("chunks.parquet")).expect("chunks");
     let events = read_table::<Events>(&d.join("events.parquet")).expect("events");
     let metrics = read_table::<Metrics>(&d.join("metrics.parquet")).expect("metrics");
