@@ -79,7 +79,9 @@ async fn a_decode_cell_is_recorded_whole() {
     assert_eq!(done.tally.requests as usize, requests.len());
     assert_eq!((done.tally.refused, done.tally.failed), (0, 0));
     assert!(
-        done.tally.requests_line().ends_with("requests, none failed"),
+        done.tally
+            .requests_line()
+            .ends_with("requests, none failed"),
         "{}",
         done.tally.requests_line()
     );
