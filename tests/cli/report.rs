@@ -222,6 +222,40 @@ fn rescoring_with_one_threshold_changed_changes_exactly_the_designed_cells() {
     assert!(text.contains("| decode 256 × 8 | total_tok_s |"), "{text}");
 }
 
+/// A scoring read back from its JSON and the same run scored afresh are the same: no
+/// verdict and no figure differs (not even in a float's last bits).
+#[test]
+fn a_golden_scoring_and_its_run_scored_afresh_do_not_differ() {
+    for name in ["sim-chat", "sim-completions"] {
+        let json = fixtures().join(format!("expected/{name}.default.json"));
+        let run = fixtures().join(name);
+        let cli = Cli::parse_from([
+            "tokentrace",
+            "diff",
+            json.to_str().expect("utf-8"),
+            run.to_str().expect("utf-8"),
+            "--rules",
+            "default",
+            "--format",
+            "json",
+        ]);
+        let tokentrace::Command::Diff(args) = cli.command else {
+            panic!("parsed as another command");
+        };
+        let mut out = Vec::new();
+        tokentrace::analyze::diff(&args, &mut out).expect("diff");
+        let d: serde_json::Value = serde_json::from_slice(&out).expect("json");
+        for list in [
+            "verdicts_changed",
+            "figures_changed",
+            "only_in_a",
+            "only_in_b",
+        ] {
+            assert_eq!(d[list], serde_json::json!([]), "{name}: {list}");
+        }
+    }
+}
+
 fn tokentrace(args: &[&str]) -> (i32, String, String) {
     let out = Command::new(env!("CARGO_BIN_EXE_tokentrace"))
         .args(args)
