@@ -7,7 +7,7 @@ use std::fmt::Write as _;
 
 use tokentrace_schemas::layout::Phase;
 
-use crate::contract::{CellScore, Evidence, Figures, Scoring, Verdict, Warning};
+use crate::contract::{CellScore, Evidence, Figures, LoopEvidence, Scoring, Verdict, Warning};
 use crate::figures::{Column, FIGURES, Figure};
 use crate::numbers::{context_label, fixed, ms_whole, rate, thousands};
 use crate::rules::TokenCount;
@@ -409,6 +409,19 @@ fn g(v: f64) -> String {
 }
 
 /// One line per verdict reason and warning of a cell, for the Notes section.
+/// A repetition in words: who repeats what, how often, where.
+fn loop_words(l: &LoopEvidence) -> String {
+    format!(
+        "{} request {} repeats a {}-character passage {} times ({} characters) in its {}",
+        l.role,
+        l.request_id,
+        thousands(l.cycle_chars as i64),
+        l.cycles,
+        thousands(l.span_chars as i64),
+        l.channel.as_str()
+    )
+}
+
 /// Why a cell is not Valid, in one line of words; the samples behind it are in the JSON
 /// scoring's `evidence`.
 fn verdict_note(c: &CellScore) -> Option<String> {
@@ -466,16 +479,7 @@ fn verdict_note(c: &CellScore) -> Option<String> {
         ));
     }
     if let Some(l) = loops.first() {
-        why.push(format!(
-            "{} request {} repeats a {}-character passage {} times ({} characters) in its {}{}",
-            l.role,
-            l.request_id,
-            thousands(l.cycle_chars as i64),
-            l.cycles,
-            thousands(l.span_chars as i64),
-            l.channel.as_str(),
-            more(loops.len())
-        ));
+        why.push(format!("{}{}", loop_words(l), more(loops.len())));
     }
     let clauses: Vec<String> = queued
         .iter()
@@ -569,15 +573,7 @@ fn cell_notes(c: &CellScore) -> Vec<String> {
                     g(*queue_threshold_ms)
                 ),
             },
-            Warning::SuspectedLoop(l) => format!(
-                "warning: suspected loop, {} request {} repeats {} characters {} times ({} characters) in its {}",
-                l.role,
-                l.request_id,
-                thousands(l.cycle_chars as i64),
-                l.cycles,
-                thousands(l.span_chars as i64),
-                l.channel.as_str()
-            ),
+            Warning::SuspectedLoop(l) => format!("warning: suspected loop, {}", loop_words(l)),
             Warning::NoServerMetrics { missing } => format!(
                 "warning: no server samples of {} inside the window: queueing not judged from the server; active requests counted by the client",
                 missing

@@ -82,6 +82,19 @@ fn golden_reports_are_reproduced_byte_for_byte() {
     }
 }
 
+/// `tokentrace diff ARGS --format json`, parsed.
+fn diff_json(args: &[&str]) -> serde_json::Value {
+    let mut all = vec!["tokentrace", "diff"];
+    all.extend_from_slice(args);
+    all.extend(["--format", "json"]);
+    let tokentrace::Command::Diff(args) = Cli::parse_from(all).command else {
+        panic!("parsed as another command");
+    };
+    let mut out = Vec::new();
+    tokentrace::analyze::diff(&args, &mut out).expect("diff");
+    serde_json::from_slice(&out).expect("json")
+}
+
 fn copy_dir(from: &Path, to: &Path) {
     std::fs::create_dir_all(to).expect("mkdir");
     for entry in std::fs::read_dir(from).expect("read_dir") {
@@ -147,20 +160,7 @@ fn rescoring_with_one_threshold_changed_changes_exactly_the_designed_cells() {
     }
     assert_eq!(after.len(), before.len() + 2);
 
-    let cli = Cli::parse_from([
-        "tokentrace",
-        "diff",
-        a.to_str().expect("utf-8"),
-        b.to_str().expect("utf-8"),
-        "--format",
-        "json",
-    ]);
-    let tokentrace::Command::Diff(args) = cli.command else {
-        panic!("parsed as another command");
-    };
-    let mut out = Vec::new();
-    tokentrace::analyze::diff(&args, &mut out).expect("diff");
-    let d: serde_json::Value = serde_json::from_slice(&out).expect("json");
+    let d = diff_json(&[a.to_str().expect("utf-8"), b.to_str().expect("utf-8")]);
     let changed: Vec<(String, u64, u64, String, String)> = d["verdicts_changed"]
         .as_array()
         .expect("array")
@@ -229,22 +229,12 @@ fn a_golden_scoring_and_its_run_scored_afresh_do_not_differ() {
     for name in ["sim-chat", "sim-completions"] {
         let json = fixtures().join(format!("expected/{name}.default.json"));
         let run = fixtures().join(name);
-        let cli = Cli::parse_from([
-            "tokentrace",
-            "diff",
+        let d = diff_json(&[
             json.to_str().expect("utf-8"),
             run.to_str().expect("utf-8"),
             "--rules",
             "default",
-            "--format",
-            "json",
         ]);
-        let tokentrace::Command::Diff(args) = cli.command else {
-            panic!("parsed as another command");
-        };
-        let mut out = Vec::new();
-        tokentrace::analyze::diff(&args, &mut out).expect("diff");
-        let d: serde_json::Value = serde_json::from_slice(&out).expect("json");
         for list in [
             "verdicts_changed",
             "figures_changed",
