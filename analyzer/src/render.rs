@@ -92,25 +92,31 @@ fn range_label(values: &[u32], label: impl Fn(u32) -> String) -> String {
     }
 }
 
-fn markdown(s: &Scoring) -> String {
-    let mut o = String::new();
+/// The report's header, format-free: what Markdown and HTML both show above the tables.
+pub(crate) struct Header {
+    /// The model's display name.
+    pub model: String,
+    pub hardware: String,
+    /// Engine, version, the matrix's shape, the prefill contexts, joined by " · ".
+    pub subtitle: Vec<String>,
+    /// Set when no cell was measured.
+    pub nothing_measured: bool,
+    /// Hardware, Engine and Run sections with their facts.
+    pub sections: Vec<(&'static str, Vec<(String, String)>)>,
+    pub launch_command: Option<String>,
+}
+
+/// The decode matrix's axes: contexts (rows) and concurrency levels (columns).
+pub(crate) fn matrix_axes(s: &Scoring) -> (Vec<u32>, Vec<u32>) {
+    let decode = || s.cells.iter().filter(|c| c.phase == Phase::Decode);
+    let contexts: BTreeSet<u32> = decode().map(|c| c.context).collect();
+    let levels: BTreeSet<u32> = decode().map(|c| c.concurrency).collect();
+    (contexts.into_iter().collect(), levels.into_iter().collect())
+}
+
+pub(crate) fn header(s: &Scoring) -> Header {
     let r = &s.run;
-    let contexts: Vec<u32> = s
-        .cells
-        .iter()
-        .filter(|c| c.phase == Phase::Decode)
-        .map(|c| c.context)
-        .collect::<BTreeSet<_>>()
-        .into_iter()
-        .collect();
-    let levels: Vec<u32> = s
-        .cells
-        .iter()
-        .filter(|c| c.phase == Phase::Decode)
-        .map(|c| c.concurrency)
-        .collect::<BTreeSet<_>>()
-        .into_iter()
-        .collect();
+    let (contexts, levels) = matrix_axes(s);
     let prefill: Vec<&CellScore> = s
         .cells
         .iter()
@@ -118,13 +124,6 @@ fn markdown(s: &Scoring) -> String {
         .collect();
     let engine = r.engine.as_deref().unwrap_or("unknown engine");
     let version = r.engine_version.as_deref().filter(|v| !v.is_empty());
-    let _ = writeln!(o, "# Speed test matrix\n");
-    let _ = writeln!(
-        o,
-        "**{}** on {}\n",
-        model_display_name(&r.model),
-        r.hardware.as_deref().unwrap_or("unspecified hardware")
-    );
     let mut subtitle: Vec<String> = [Some(engine), version]
         .into_iter()
         .flatten()
@@ -141,38 +140,31 @@ fn markdown(s: &Scoring) -> String {
         let at: Vec<String> = prefill.iter().map(|c| context_label(c.context)).collect();
         subtitle.push(format!("prefill at {}", at.join(", ")));
     }
-    let _ = writeln!(o, "{}\n", subtitle.join(" · "));
-    if s.cells.iter().all(|c| c.verdict.is_none()) {
-        let _ = writeln!(
-            o,
-            "Nothing was measured: no cell of this run was recorded (the Notes say why).\n"
-        );
-    }
+    let fact = |k: &str, v: String| (k.to_string(), v);
 
-    let described: Vec<(&String, &String)> = r
+    let mut hardware = vec![fact(
+        "Hardware",
+        r.hardware
+            .clone()
+            .unwrap_or_else(|| "not described".to_string()),
+    )];
+    for (k, v) in r
         .engine_details
         .iter()
         .filter(|(k, _)| k.starts_with("describe."))
-        .collect();
-    let _ = writeln!(o, "## Hardware\n");
-    let _ = writeln!(
-        o,
-        "- Hardware: {}",
-        r.hardware.as_deref().unwrap_or("not described")
-    );
-    for (k, v) in &described {
+    {
         let k = k.trim_start_matches("describe.");
         if k != "hardware" {
-            let _ = writeln!(o, "- {k}: {v}");
+            hardware.push(fact(k, v.clone()));
         }
     }
-    let _ = writeln!(o, "\n## Engine\n");
-    let _ = writeln!(o, "- Engine: {engine}");
-    let _ = writeln!(
-        o,
-        "- Version: {}",
-        version.unwrap_or("not reported by the server")
-    );
+    let mut engine_facts = vec![
+        fact("Engine", engine.to_string()),
+        fact(
+            "Version",
+            version.unwrap_or("not reported by the server").to_string(),
+        ),
+    ];
     // Details that only repeat the name and version above are left out.
     let repeats = |k: &str, v: &str| {
         (k == "engine" || k == "name") && Some(v) == r.engine.as_deref()
@@ -183,63 +175,99 @@ fn markdown(s: &Scoring) -> String {
         .iter()
         .filter(|(k, v)| !k.starts_with("describe.") && !repeats(k, v))
     {
-        let _ = writeln!(o, "- {k}: {v}");
+        engine_facts.push(fact(k, v.clone()));
     }
-    let _ = writeln!(o, "\n## Run\n");
-    let _ = writeln!(o, "- Run: {}", r.run_id);
-    let _ = writeln!(o, "- Started: {}", r.started_utc);
-    let _ = writeln!(o, "- Served model: {}", r.model);
-    let _ = writeln!(o, "- Target: {}", r.target);
-    let _ = writeln!(o, "- Endpoint: {}", r.endpoint);
-    let _ = writeln!(o, "- Benchmark tool: {}", r.recorded_by);
-    let _ = writeln!(o, "- Decode test: Fixed duration");
-    let _ = writeln!(
-        o,
-        "- Prefill mode: {}",
-        if r.prefill_mode == "warmup" {
-            "Measured during decode warm-up"
-        } else {
-            "Cold scout request per context"
+    let run = vec![
+        fact("Run", r.run_id.clone()),
+        fact("Started", r.started_utc.clone()),
+        fact("Served model", r.model.clone()),
+        fact("Target", r.target.clone()),
+        fact("Endpoint", r.endpoint.clone()),
+        fact("Benchmark tool", r.recorded_by.clone()),
+        fact("Decode test", "Fixed duration".to_string()),
+        fact(
+            "Prefill mode",
+            if r.prefill_mode == "warmup" {
+                "Measured during decode warm-up"
+            } else {
+                "Cold scout request per context"
+            }
+            .to_string(),
+        ),
+        fact("Time per measurement", format!("{} s", fixed(r.window_s, 1))),
+        fact(
+            "Max output",
+            format!("{} tokens", thousands(i64::from(r.max_tokens))),
+        ),
+        fact("ignore_eos", if r.ignore_eos { "yes" } else { "no" }.to_string()),
+        fact(
+            "Tokens recorded as",
+            r.token_counting
+                .as_deref()
+                .map_or("unknown", tokentrace_schemas::protocol::describe_token_counting)
+                .to_string(),
+        ),
+        fact(
+            "Tokens counted in the figures from",
+            match s.rules.tokens.count {
+                TokenCount::Usage => {
+                    "the server's cumulative usage, where every streamed event carried it; as recorded elsewhere"
+                }
+                TokenCount::Recorded => "the tokens as recorded",
+            }
+            .to_string(),
+        ),
+        fact(
+            "Server metrics",
+            match r.server_metrics {
+                Some(true) => format!("yes ({} names)", s.metrics.name),
+                Some(false) => "no (client-side evidence only)".to_string(),
+                None => "not probed".to_string(),
+            },
+        ),
+    ];
+    Header {
+        model: model_display_name(&r.model).to_string(),
+        hardware: r
+            .hardware
+            .clone()
+            .unwrap_or_else(|| "unspecified hardware".to_string()),
+        subtitle,
+        nothing_measured: s.cells.iter().all(|c| c.verdict.is_none()),
+        sections: vec![
+            ("Hardware", hardware),
+            ("Engine", engine_facts),
+            ("Run", run),
+        ],
+        launch_command: r.launch_command.clone(),
+    }
+}
+
+fn markdown(s: &Scoring) -> String {
+    let mut o = String::new();
+    let (contexts, levels) = matrix_axes(s);
+    let prefill: Vec<&CellScore> = s
+        .cells
+        .iter()
+        .filter(|c| c.phase == Phase::Prefill)
+        .collect();
+    let h = header(s);
+    let _ = writeln!(o, "# Speed test matrix\n");
+    let _ = writeln!(o, "**{}** on {}\n", h.model, h.hardware);
+    let _ = writeln!(o, "{}\n", h.subtitle.join(" · "));
+    if h.nothing_measured {
+        let _ = writeln!(
+            o,
+            "Nothing was measured: no cell of this run was recorded (the Notes say why).\n"
+        );
+    }
+    for (i, (name, facts)) in h.sections.iter().enumerate() {
+        let _ = writeln!(o, "{}## {name}\n", if i > 0 { "\n" } else { "" });
+        for (k, v) in facts {
+            let _ = writeln!(o, "- {k}: {v}");
         }
-    );
-    let _ = writeln!(o, "- Time per measurement: {} s", fixed(r.window_s, 1));
-    let _ = writeln!(
-        o,
-        "- Max output: {} tokens",
-        thousands(i64::from(r.max_tokens))
-    );
-    let _ = writeln!(
-        o,
-        "- ignore_eos: {}",
-        if r.ignore_eos { "yes" } else { "no" }
-    );
-    let _ = writeln!(
-        o,
-        "- Tokens recorded as: {}",
-        r.token_counting.as_deref().map_or(
-            "unknown",
-            tokentrace_schemas::protocol::describe_token_counting
-        )
-    );
-    let _ = writeln!(
-        o,
-        "- Tokens counted in the figures from: {}",
-        match s.rules.tokens.count {
-            TokenCount::Usage =>
-                "the server's cumulative usage, where every streamed event carried it; as recorded elsewhere",
-            TokenCount::Recorded => "the tokens as recorded",
-        }
-    );
-    let _ = writeln!(
-        o,
-        "- Server metrics: {}",
-        match r.server_metrics {
-            Some(true) => format!("yes ({} names)", s.metrics.name),
-            Some(false) => "no (client-side evidence only)".to_string(),
-            None => "not probed".to_string(),
-        }
-    );
-    if let Some(cmd) = &r.launch_command {
+    }
+    if let Some(cmd) = &h.launch_command {
         let _ = writeln!(o, "\n## Launch command\n\n```\n{cmd}\n```");
     }
 
@@ -284,66 +312,11 @@ fn markdown(s: &Scoring) -> String {
         for ctx in &contexts {
             let _ = write!(o, "| {} |", context_label(*ctx));
             for n in &levels {
-                let cell = s
-                    .cells
-                    .iter()
-                    .find(|c| c.phase == Phase::Decode && c.context == *ctx && c.concurrency == *n);
-                let text = match cell {
-                    None => DASH.to_string(),
-                    Some(c) => match (c.verdict, shown(c)) {
-                        (Some(v), Some(f)) => {
-                            let mut parts = vec![opt(f.total_tok_s, |x| rate(x, false))];
-                            if v != Verdict::Valid {
-                                parts.push(v.label().to_string());
-                            }
-                            parts.push(format!("{} TTFT", opt(f.ttft_ms.median, ms_whole)));
-                            parts.join(" · ")
-                        }
-                        _ => c.status_label(),
-                    },
-                };
-                let _ = write!(o, " {text} |");
+                let _ = write!(o, " {} |", matrix_text(decode_cell(s, *ctx, *n)));
             }
             let _ = writeln!(o);
         }
-        // The legend explains only the verdicts the matrix shows.
-        let shown = |v: Verdict| {
-            s.cells
-                .iter()
-                .any(|c| c.phase == Phase::Decode && c.verdict == Some(v))
-        };
-        let legend: Vec<&str> = [
-            (
-                Verdict::RequestsQueued,
-                "Requests queued: the server could not run all requests at once, so some waited in a queue.",
-            ),
-            (
-                Verdict::Looped,
-                "Looped: the model kept repeating the same text, so this measurement was discarded.",
-            ),
-            (
-                Verdict::Error,
-                "Error: a stream failed or disconnected inside the window, so this measurement was discarded.",
-            ),
-        ]
-        .into_iter()
-        .filter(|(v, _)| shown(*v))
-        .map(|(_, text)| text)
-        .collect();
-        let mut footer: Vec<String> = Vec::new();
-        if !legend.is_empty() {
-            footer.push(legend.join(" "));
-        }
-        if !prefill.is_empty() {
-            footer.push(
-                if r.prefill_mode == "warmup" {
-                    "TTFT is measured after the warm-up filled the server's prompt cache, so it mostly excludes prefill."
-                } else {
-                    "TTFT is measured after the prefill scout warmed the server's prompt cache, so it mostly excludes prefill."
-                }
-                .to_string(),
-            );
-        }
+        let footer = matrix_footer(s);
         if !footer.is_empty() {
             let _ = writeln!(o, "\n{}", footer.join("\n"));
         }
@@ -354,47 +327,157 @@ fn markdown(s: &Scoring) -> String {
         o,
         "Latencies are medians. Total tok/s is output across all simultaneous requests.\n"
     );
-    let columns: Vec<(&Figure, Column)> = FIGURES
-        .iter()
-        .filter_map(|f| f.column.map(|c| (f, c)))
-        .collect();
-    let _ = write!(o, "| Phase | Context | Requests at once | Status |");
-    for (_, c) in &columns {
-        let _ = write!(o, " {} |", c.header);
-    }
-    let _ = writeln!(o, "\n|---|---|---|---|{}", "---|".repeat(columns.len()));
-    for c in &s.cells {
-        let f = shown(c);
-        let mut row = vec![
-            match c.phase {
-                Phase::Prefill => "Prefill".to_string(),
-                Phase::Decode => "Sustained decode".to_string(),
-            },
-            context_label(c.context),
-            c.concurrency.to_string(),
-            c.status_label(),
-        ];
-        row.extend(columns.iter().map(|(figure, column)| {
-            f.filter(|_| column.phases.contains(&c.phase))
-                .and_then(|f| figure.value(f).show(column.show))
-                .unwrap_or_else(|| DASH.to_string())
-        }));
-        let _ = writeln!(o, "| {} |", row.join(" | "));
+    let (headers, rows) = measurements(s);
+    let _ = writeln!(o, "| {} |", headers.join(" | "));
+    let _ = writeln!(o, "|{}", "---|".repeat(headers.len()));
+    for row in &rows {
+        let cells: Vec<&str> = row.iter().map(|(text, _)| text.as_str()).collect();
+        let _ = writeln!(o, "| {} |", cells.join(" | "));
     }
 
-    let notes: Vec<String> = s.cells.iter().flat_map(cell_notes).collect();
+    let notes = notes(s);
     if !notes.is_empty() {
         let _ = writeln!(o, "\n## Notes\n");
         for n in notes {
             let _ = writeln!(o, "- {n}");
         }
     }
-    let _ = writeln!(
-        o,
-        "\n---\n\nScored by {} under rule set {} {} · run {}",
-        s.scored_by, s.rules.name, s.rules.version, r.run_id
-    );
+    let _ = writeln!(o, "\n---\n\n{}", scored_by(s));
     o
+}
+
+/// The decode cell at (`context`, `concurrency`), if the run has it.
+pub(crate) fn decode_cell(s: &Scoring, context: u32, concurrency: u32) -> Option<&CellScore> {
+    s.cells
+        .iter()
+        .find(|c| c.phase == Phase::Decode && c.context == context && c.concurrency == concurrency)
+}
+
+/// A matrix cell's text: total tok/s, the verdict when not Valid, median TTFT; or the
+/// cell's state when it was not scored.
+pub(crate) fn matrix_text(cell: Option<&CellScore>) -> String {
+    match cell {
+        None => DASH.to_string(),
+        Some(c) => match (c.verdict, shown(c)) {
+            (Some(v), Some(f)) => {
+                let mut parts = vec![opt(f.total_tok_s, |x| rate(x, false))];
+                if v != Verdict::Valid {
+                    parts.push(v.label().to_string());
+                }
+                parts.push(format!("{} TTFT", opt(f.ttft_ms.median, ms_whole)));
+                parts.join(" · ")
+            }
+            _ => c.status_label(),
+        },
+    }
+}
+
+/// The lines under the decode matrix: the legend of the verdicts it shows, and what its
+/// TTFT means.
+pub(crate) fn matrix_footer(s: &Scoring) -> Vec<String> {
+    let present = |v: Verdict| {
+        s.cells
+            .iter()
+            .any(|c| c.phase == Phase::Decode && c.verdict == Some(v))
+    };
+    let legend: Vec<&str> = LEGEND
+        .iter()
+        .filter(|(v, _)| present(*v))
+        .map(|(_, text)| *text)
+        .collect();
+    let mut footer: Vec<String> = Vec::new();
+    if !legend.is_empty() {
+        footer.push(legend.join(" "));
+    }
+    if s.cells.iter().any(|c| c.phase == Phase::Prefill) {
+        footer.push(
+            if s.run.prefill_mode == "warmup" {
+                "TTFT is measured after the warm-up filled the server's prompt cache, so it mostly excludes prefill."
+            } else {
+                "TTFT is measured after the prefill scout warmed the server's prompt cache, so it mostly excludes prefill."
+            }
+            .to_string(),
+        );
+    }
+    footer
+}
+
+/// What each verdict of the matrix means, for the legend.
+pub(crate) const LEGEND: [(Verdict, &str); 3] = [
+    (
+        Verdict::RequestsQueued,
+        "Requests queued: the server could not run all requests at once, so some waited in a queue.",
+    ),
+    (
+        Verdict::Looped,
+        "Looped: the model kept repeating the same text, so this measurement was discarded.",
+    ),
+    (
+        Verdict::Error,
+        "Error: a stream failed or disconnected inside the window, so this measurement was discarded.",
+    ),
+];
+
+/// The "All measurements" table: its headers, and per cell each column's text with the
+/// number it shows (for sorting), in the scoring's cell order.
+pub(crate) type Row = Vec<(String, Option<f64>)>;
+
+pub(crate) fn measurements(s: &Scoring) -> (Vec<String>, Vec<Row>) {
+    let columns: Vec<(&Figure, Column)> = FIGURES
+        .iter()
+        .filter_map(|f| f.column.map(|c| (f, c)))
+        .collect();
+    let mut headers: Vec<String> = ["Phase", "Context", "Requests at once", "Status"]
+        .iter()
+        .map(|h| h.to_string())
+        .collect();
+    headers.extend(columns.iter().map(|(_, c)| c.header.to_string()));
+    let rows = s
+        .cells
+        .iter()
+        .map(|c| {
+            let f = shown(c);
+            let mut row: Row = vec![
+                (
+                    match c.phase {
+                        Phase::Prefill => "Prefill".to_string(),
+                        Phase::Decode => "Sustained decode".to_string(),
+                    },
+                    None,
+                ),
+                (context_label(c.context), Some(f64::from(c.context))),
+                (c.concurrency.to_string(), Some(f64::from(c.concurrency))),
+                (c.status_label(), None),
+            ];
+            row.extend(columns.iter().map(|(figure, column)| {
+                let value = f
+                    .filter(|_| column.phases.contains(&c.phase))
+                    .map(|f| figure.value(f));
+                (
+                    value
+                        .as_ref()
+                        .and_then(|v| v.show(column.show))
+                        .unwrap_or_else(|| DASH.to_string()),
+                    value.and_then(|v| v.number()),
+                )
+            }));
+            row
+        })
+        .collect();
+    (headers, rows)
+}
+
+/// Every note line of the report, cell by cell.
+pub(crate) fn notes(s: &Scoring) -> Vec<String> {
+    s.cells.iter().flat_map(cell_notes).collect()
+}
+
+/// The report's last line: who scored it, under which rules, which run.
+pub(crate) fn scored_by(s: &Scoring) -> String {
+    format!(
+        "Scored by {} under rule set {} {} · run {}",
+        s.scored_by, s.rules.name, s.rules.version, s.run.run_id
+    )
 }
 
 fn cell_name(c: &CellScore) -> String {
