@@ -15,7 +15,7 @@ use tokentrace_analyzer::{RuleSet, diff, score_dir};
 pub const DEFAULT_RULES: &str = "default";
 
 fn format(s: &str) -> Result<Format, String> {
-    Format::parse(s).ok_or_else(|| format!("`{s}`: expected md, json or csv"))
+    Format::parse(s).ok_or_else(|| format!("`{s}`: expected md, json, csv or html"))
 }
 
 /// Arguments of `tokentrace report`.
@@ -26,7 +26,8 @@ pub struct ReportArgs {
     /// Rule set: a TOML file, or a built-in name (default, reference, reference@0.6.2).
     #[arg(long, default_value = DEFAULT_RULES)]
     pub rules: String,
-    /// Output format: md (the reference layout), json (the full scoring) or csv.
+    /// Output format: md (the reference layout), json (the full scoring), csv, or html
+    /// (one self-contained page: the matrix as a heat map, sortable tables).
     #[arg(long, value_parser = format, default_value = "md")]
     pub format: Format,
     /// Write the report to this file instead of standard output.
@@ -172,7 +173,7 @@ fn side(path: &Path, rules_spec: &str) -> anyhow::Result<Scoring> {
 
 /// `tokentrace diff`: prints the comparison; exit 0 whether or not they differ.
 pub fn diff(args: &DiffArgs, out: &mut impl Write) -> anyhow::Result<ExitCode> {
-    if args.format == Format::Csv {
+    if matches!(args.format, Format::Csv | Format::Html) {
         bail!("diff prints md or json");
     }
     let a = side(&args.a, &args.rules)?;

@@ -79,6 +79,17 @@ impl Verdict {
         }
     }
 
+    /// The name the JSON scoring uses.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Verdict::Valid => "valid",
+            Verdict::RequestsQueued => "requests_queued",
+            Verdict::Looped => "looped",
+            Verdict::PrefillCached => "prefill_cached",
+            Verdict::Error => "error",
+        }
+    }
+
     /// Whether the cell's throughput is shown.
     pub fn shows_figures(self) -> bool {
         matches!(self, Verdict::Valid | Verdict::RequestsQueued)

@@ -11,6 +11,7 @@ pub mod contract;
 pub mod diff;
 pub mod error;
 pub mod figures;
+pub mod html;
 pub mod load;
 pub mod loops;
 pub mod numbers;

@@ -18,6 +18,8 @@ pub enum Format {
     Markdown,
     Json,
     Csv,
+    /// One self-contained page (no network requests).
+    Html,
 }
 
 impl Format {
@@ -26,6 +28,7 @@ impl Format {
             "md" | "markdown" => Some(Format::Markdown),
             "json" => Some(Format::Json),
             "csv" => Some(Format::Csv),
+            "html" => Some(Format::Html),
             _ => None,
         }
     }
@@ -37,6 +40,7 @@ pub fn render(s: &Scoring, format: Format) -> String {
         Format::Markdown => markdown(s),
         Format::Json => json(s),
         Format::Csv => csv(s),
+        Format::Html => crate::html::html(s),
     }
 }
 
@@ -56,7 +60,7 @@ fn opt(v: Option<f64>, f: impl Fn(f64) -> String) -> String {
     v.map(f).unwrap_or_else(|| DASH.to_string())
 }
 
-fn shown(c: &CellScore) -> Option<&Figures> {
+pub(crate) fn shown(c: &CellScore) -> Option<&Figures> {
     c.figures
         .as_ref()
         .filter(|_| c.verdict.is_some_and(Verdict::shows_figures))

@@ -11,11 +11,12 @@ use tokentrace::{Cli, run};
 
 const RUNS: [&str; 2] = ["sim-completions", "sim-chat"];
 /// (rule set, format) of every expected report.
-const EXPECTED: [(&str, &str); 4] = [
+const EXPECTED: [(&str, &str); 5] = [
     ("default", "md"),
     ("reference", "md"),
     ("default", "json"),
     ("default", "csv"),
+    ("default", "html"),
 ];
 
 fn fixtures() -> PathBuf {
@@ -78,6 +79,117 @@ fn golden_reports_are_reproduced_byte_for_byte() {
                 expected.display(),
                 String::from_utf8_lossy(&a)
             );
+        }
+    }
+}
+
+/// The `data-NAME="…"` attributes of every element that opens with `open`, in order.
+fn attributes(html: &str, open: &str) -> Vec<BTreeMap<String, String>> {
+    html.match_indices(open)
+        .map(|(at, _)| {
+            let tag = &html[at..];
+            let tag = &tag[..tag.find('>').unwrap_or(tag.len())];
+            let mut out = BTreeMap::new();
+            let mut rest = tag;
+            while let Some(i) = rest.find(" data-") {
+                rest = &rest[i + 6..];
+                let Some((name, after)) = rest.split_once("=\"") else {
+                    break;
+                };
+                let Some((value, after)) = after.split_once('"') else {
+                    break;
+                };
+                out.insert(name.to_string(), value.to_string());
+                rest = after;
+            }
+            out
+        })
+        .collect()
+}
+
+/// Equal to the last bit or two: serde_json's default float parser, which reads the JSON
+/// side, can miss the nearest double by one unit in the last place.
+fn same(a: Option<f64>, b: Option<f64>) -> bool {
+    match (a, b) {
+        (Some(a), Some(b)) => (a - b).abs() <= 4.0 * f64::EPSILON * a.abs().max(b.abs()),
+        (a, b) => a == b,
+    }
+}
+
+/// Every figure in the HTML page's matrix and measurements table is the JSON scoring's,
+/// to full precision.
+#[test]
+fn the_html_pages_figures_are_the_json_scorings() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    for name in RUNS {
+        let run_dir = fixtures().join(name);
+        let (page, scoring) = (tmp.path().join("page.html"), tmp.path().join("s.json"));
+        report_to(&run_dir, "default", "html", &page);
+        report_to(&run_dir, "default", "json", &scoring);
+        let html = std::fs::read_to_string(&page).expect("page");
+        let json: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(&scoring).expect("json")).expect("json");
+        let cells = json["cells"].as_array().expect("cells");
+        let decode: Vec<&serde_json::Value> =
+            cells.iter().filter(|c| c["phase"] == "decode").collect();
+        let matrix = attributes(&html, "<td class=\"cell");
+        assert_eq!(
+            matrix.len(),
+            decode.len(),
+            "{name}: one matrix cell per decode cell"
+        );
+        for c in &decode {
+            let (ctx, n) = (c["context"].to_string(), c["concurrency"].to_string());
+            let m = matrix
+                .iter()
+                .find(|m| m["context"] == ctx && m["concurrency"] == n)
+                .unwrap_or_else(|| panic!("{name}: no matrix cell {ctx} × {n}"));
+            assert_eq!(
+                m["verdict"],
+                c["verdict"].as_str().unwrap_or(""),
+                "{ctx} × {n}"
+            );
+            let number = |key: &str| m[key].parse::<f64>().ok();
+            for (key, want) in [
+                ("total-tok-s", c["figures"]["total_tok_s"].as_f64()),
+                ("ttft-ms", c["figures"]["ttft_ms"]["median"].as_f64()),
+            ] {
+                assert!(
+                    same(number(key), want),
+                    "{ctx} × {n} {key}: {:?} vs {want:?}",
+                    number(key)
+                );
+            }
+        }
+        // The measurements table: one row per cell, in the scoring's order, each sort
+        // value equal to the JSON figure it shows.
+        let rows: Vec<&str> = html
+            .split("<tr data-phase=")
+            .skip(1)
+            .map(|r| &r[..r.find("</tr>").unwrap_or(r.len())])
+            .collect();
+        assert_eq!(rows.len(), cells.len(), "{name}: one row per cell");
+        for (row, c) in rows.iter().zip(cells) {
+            let sorts: Vec<f64> = row
+                .split("data-sort=\"")
+                .skip(1)
+                .filter_map(|v| v[..v.find('"').unwrap_or(0)].parse().ok())
+                .collect();
+            let f = &c["figures"];
+            if c["phase"] == "decode" && c["verdict"] == "valid" {
+                let mut wanted: Vec<f64> = ["total_tok_s", "output_tokens", "completed_requests"]
+                    .iter()
+                    .filter_map(|k| f[*k].as_f64())
+                    .collect();
+                wanted.extend(f["ttft_ms"]["median"].as_f64());
+                assert_eq!(wanted.len(), 4, "{name}: {f}");
+                for want in wanted {
+                    assert!(
+                        sorts.iter().any(|v| same(Some(*v), Some(want))),
+                        "{name}: {want} not in {sorts:?}"
+                    );
+                }
+            }
         }
     }
 }

@@ -1,0 +1,359 @@
+//! The report as one self-contained HTML page: the reference layout with the decode
+//! matrix as a heat map and a sortable measurements table. No network requests, no
+//! timestamps or random ids: the same scoring gives the same bytes.
+
+use std::fmt::Write as _;
+
+use tokentrace_schemas::layout::Phase;
+
+use crate::contract::{CellScore, Scoring, Verdict};
+use crate::numbers::context_label;
+use crate::render::{
+    decode_cell, header, matrix_axes, matrix_footer, matrix_text, measurements, notes, scored_by,
+    shown,
+};
+
+/// Text with `&`, `<`, `>`, `"` and `'` escaped, for element content and attributes.
+pub fn escape(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '"' => out.push_str("&quot;"),
+            '\'' => out.push_str("&#39;"),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+/// A figure as a data attribute: full precision (Rust's shortest round-trip form), empty
+/// when absent.
+fn data_number(v: Option<f64>) -> String {
+    v.filter(|x| x.is_finite())
+        .map(|x| format!("{x:?}"))
+        .unwrap_or_default()
+}
+
+/// The heat map's colour for a share `t` (0–1) of the matrix's best total tok/s: a
+/// sequential blue ramp, light to dark, and the text colour that reads on it.
+fn heat(t: f64) -> (String, &'static str) {
+    let t = t.clamp(0.0, 1.0);
+    // #eff6ff (light) to #1e3a8a (dark), linear in sRGB.
+    let (a, b) = ([0xef, 0xf6, 0xff], [0x1e, 0x3a, 0x8a]);
+    let mix = |i: usize| (f64::from(a[i]) + t * (f64::from(b[i]) - f64::from(a[i]))).round() as u8;
+    let colour = format!("#{:02x}{:02x}{:02x}", mix(0), mix(1), mix(2));
+    (colour, if t > 0.5 { "#ffffff" } else { "#111827" })
+}
+
+/// A short mark for a verdict that is not Valid, shown in the cell so that the heat
+/// map's colour is never the only sign.
+fn badge(v: Verdict) -> Option<&'static str> {
+    match v {
+        Verdict::Valid => None,
+        Verdict::RequestsQueued => Some("queued"),
+        Verdict::Looped => Some("looped"),
+        Verdict::Error => Some("error"),
+        Verdict::PrefillCached => Some("cached"),
+    }
+}
+
+const STYLE: &str = "\
+body{font:14px/1.45 system-ui,-apple-system,'Segoe UI',sans-serif;color:#111827;margin:2rem auto;max-width:80rem;padding:0 1rem}\
+h1{font-size:1.6rem;margin:0 0 .25rem}h2{font-size:1.2rem;margin:2rem 0 .5rem}\
+.sub{color:#4b5563;margin:.25rem 0 1rem}\
+dl.facts{display:grid;grid-template-columns:max-content 1fr;gap:.15rem 1rem;margin:0}\
+dl.facts dt{color:#4b5563}dl.facts dd{margin:0;overflow-wrap:anywhere}\
+pre{background:#f3f4f6;padding:.75rem;overflow-x:auto;white-space:pre-wrap;overflow-wrap:anywhere}\
+table{border-collapse:collapse;margin:.5rem 0}th,td{border:1px solid #d1d5db;padding:.3rem .5rem;text-align:right}\
+th:first-child,td:first-child{text-align:left}thead th{background:#f9fafb}\
+table.heat td{min-width:7rem;text-align:center}\
+table.heat td .rate{font-weight:600;display:block}table.heat td .ttft{font-size:.85em;display:block}\
+table.heat td .badge{display:inline-block;font-size:.75em;font-weight:700;text-transform:uppercase;\
+border:1px solid currentColor;border-radius:3px;padding:0 .25rem;margin:.1rem 0}\
+table.heat td.flagged{background-image:repeating-linear-gradient(135deg,rgba(0,0,0,.18) 0 2px,transparent 2px 8px)}\
+table.sortable th{cursor:pointer;user-select:none}table.sortable th[aria-sort=ascending]::after{content:' ▲'}\
+table.sortable th[aria-sort=descending]::after{content:' ▼'}\
+.legend{color:#374151}footer{margin-top:2rem;color:#6b7280;border-top:1px solid #e5e7eb;padding-top:.5rem}";
+
+/// Sorts a `table.sortable` by the clicked column: numbers by their `data-sort`
+/// value, text by its content; a second click reverses.
+const SCRIPT: &str = "\
+document.querySelectorAll('table.sortable').forEach(function(t){\
+var hs=t.tHead.rows[0].cells;\
+Array.prototype.forEach.call(hs,function(h,i){h.addEventListener('click',function(){\
+var asc=h.getAttribute('aria-sort')!=='ascending';\
+Array.prototype.forEach.call(hs,function(o){o.removeAttribute('aria-sort')});\
+h.setAttribute('aria-sort',asc?'ascending':'descending');\
+var b=t.tBodies[0],rows=Array.prototype.slice.call(b.rows);\
+rows.sort(function(x,y){var a=x.cells[i],c=y.cells[i];\
+var p=a.getAttribute('data-sort'),q=c.getAttribute('data-sort');var r;\
+if(p!==null&&q!==null&&p!==''&&q!==''){r=parseFloat(p)-parseFloat(q)}\
+else if(p===''||q===''){r=(p===''?1:0)-(q===''?1:0)}\
+else{r=a.textContent.localeCompare(c.textContent)}\
+return asc?r:-r});rows.forEach(function(r){b.appendChild(r)})})})});";
+
+/// The scoring as one self-contained HTML page.
+pub fn html(s: &Scoring) -> String {
+    let mut o = String::new();
+    let h = header(s);
+    let title = format!("Speed test matrix · {}", h.model);
+    let _ = write!(
+        o,
+        "<!doctype html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n\
+         <meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n\
+         <title>{}</title>\n<style>{STYLE}</style>\n</head>\n<body>\n",
+        escape(&title)
+    );
+    let _ = writeln!(o, "<h1>Speed test matrix</h1>");
+    let _ = writeln!(
+        o,
+        "<p><strong>{}</strong> on {}</p>",
+        escape(&h.model),
+        escape(&h.hardware)
+    );
+    let _ = writeln!(
+        o,
+        "<p class=\"sub\">{}</p>",
+        escape(&h.subtitle.join(" · "))
+    );
+    if h.nothing_measured {
+        let _ = writeln!(
+            o,
+            "<p>Nothing was measured: no cell of this run was recorded (the Notes say why).</p>"
+        );
+    }
+    for (name, facts) in &h.sections {
+        let _ = writeln!(o, "<h2>{}</h2>\n<dl class=\"facts\">", escape(name));
+        for (k, v) in facts {
+            let _ = writeln!(o, "<dt>{}</dt><dd>{}</dd>", escape(k), escape(v));
+        }
+        let _ = writeln!(o, "</dl>");
+    }
+    if let Some(cmd) = &h.launch_command {
+        let _ = writeln!(o, "<h2>Launch command</h2>\n<pre>{}</pre>", escape(cmd));
+    }
+
+    prefill_section(&mut o, s);
+    decode_section(&mut o, s);
+
+    let (headers, rows) = measurements(s);
+    let _ = writeln!(
+        o,
+        "<h2>All measurements</h2>\n<p>Latencies are medians. Total tok/s is output across \
+         all simultaneous requests. Click a column to sort.</p>\n\
+         <table class=\"sortable\" id=\"measurements\">\n<thead><tr>"
+    );
+    for h in &headers {
+        let _ = write!(o, "<th>{}</th>", escape(h));
+    }
+    let _ = writeln!(o, "</tr></thead>\n<tbody>");
+    for (row, cell) in rows.iter().zip(&s.cells) {
+        let _ = write!(
+            o,
+            "<tr data-phase=\"{}\" data-context=\"{}\" data-concurrency=\"{}\">",
+            phase_name(cell.phase),
+            cell.context,
+            cell.concurrency
+        );
+        for (text, number) in row {
+            match number {
+                Some(_) => {
+                    let _ = write!(
+                        o,
+                        "<td data-sort=\"{}\">{}</td>",
+                        data_number(*number),
+                        escape(text)
+                    );
+                }
+                None => {
+                    let _ = write!(o, "<td>{}</td>", escape(text));
+                }
+            }
+        }
+        let _ = writeln!(o, "</tr>");
+    }
+    let _ = writeln!(o, "</tbody>\n</table>");
+
+    let notes = notes(s);
+    if !notes.is_empty() {
+        let _ = writeln!(o, "<h2>Notes</h2>\n<ul>");
+        for n in notes {
+            let _ = writeln!(o, "<li>{}</li>", escape(&n));
+        }
+        let _ = writeln!(o, "</ul>");
+    }
+    let _ = writeln!(
+        o,
+        "<footer>{}</footer>\n<script>{SCRIPT}</script>\n</body>\n</html>",
+        escape(&scored_by(s))
+    );
+    o
+}
+
+fn phase_name(p: Phase) -> &'static str {
+    match p {
+        Phase::Prefill => "prefill",
+        Phase::Decode => "decode",
+    }
+}
+
+fn prefill_section(o: &mut String, s: &Scoring) {
+    let prefill: Vec<&CellScore> = s
+        .cells
+        .iter()
+        .filter(|c| c.phase == Phase::Prefill)
+        .collect();
+    if prefill.is_empty() {
+        return;
+    }
+    let _ = writeln!(
+        o,
+        "<h2>Prefill</h2>\n<p>prompt tok/s by context length</p>\n<table id=\"prefill\">\n\
+         <thead><tr><th>Context</th><th>Prompt tok/s</th><th>TTFT</th><th>Status</th></tr></thead>\n<tbody>"
+    );
+    for c in &prefill {
+        let f = shown(c);
+        let cell = |v: Option<f64>, text: String| {
+            format!(
+                "<td data-sort=\"{}\">{}</td>",
+                data_number(v),
+                escape(&text)
+            )
+        };
+        let rate = f.and_then(|f| f.prompt_tok_s);
+        let ttft = f.and_then(|f| f.ttft_ms.median);
+        let _ = writeln!(
+            o,
+            "<tr data-context=\"{}\"><td>{}</td>{}{}<td>{}</td></tr>",
+            c.context,
+            escape(&context_label(c.context)),
+            cell(
+                rate,
+                rate.map_or("—".to_string(), |v| crate::numbers::rate(v, true))
+            ),
+            cell(ttft, ttft.map_or("—".to_string(), crate::numbers::ms_whole)),
+            escape(&c.status_label())
+        );
+    }
+    let _ = writeln!(o, "</tbody>\n</table>");
+    if prefill
+        .iter()
+        .any(|c| c.verdict == Some(Verdict::PrefillCached))
+    {
+        let _ = writeln!(
+            o,
+            "<p>Served from cache: the server answered the prefill scout from its prompt cache, so prefill was not measured.</p>"
+        );
+    }
+}
+
+fn decode_section(o: &mut String, s: &Scoring) {
+    let (contexts, levels) = matrix_axes(s);
+    if contexts.is_empty() {
+        return;
+    }
+    let best = s
+        .cells
+        .iter()
+        .filter(|c| c.phase == Phase::Decode)
+        .filter_map(|c| shown(c).and_then(|f| f.total_tok_s))
+        .fold(0.0f64, f64::max);
+    let _ = writeln!(
+        o,
+        "<h2>Sustained decode</h2>\n<p>total tok/s · rows are context length, columns are \
+         simultaneous requests · colour: share of the matrix's best total tok/s</p>\n\
+         <table class=\"heat\" id=\"matrix\">\n<thead><tr><th>Context</th>"
+    );
+    for n in &levels {
+        let _ = write!(o, "<th>{n}</th>");
+    }
+    let _ = writeln!(o, "</tr></thead>\n<tbody>");
+    for ctx in &contexts {
+        let _ = write!(
+            o,
+            "<tr><th scope=\"row\">{}</th>",
+            escape(&context_label(*ctx))
+        );
+        for n in &levels {
+            let cell = decode_cell(s, *ctx, *n);
+            let text = matrix_text(cell);
+            let Some(c) = cell else {
+                let _ = write!(o, "<td>{}</td>", escape(&text));
+                continue;
+            };
+            let f = shown(c);
+            let rate = f.and_then(|f| f.total_tok_s);
+            let ttft = f.and_then(|f| f.ttft_ms.median);
+            let verdict = c.verdict;
+            let flagged = verdict.and_then(badge);
+            // Coloured by throughput wherever the cell shows one (a queued cell too,
+            // hatched and badged); grey where the verdict discards it.
+            let style = match rate {
+                Some(r) if best > 0.0 => {
+                    let (bg, fg) = heat(r / best);
+                    format!(" style=\"background-color:{bg};color:{fg}\"")
+                }
+                _ if verdict.is_some() => " style=\"background-color:#e5e7eb\"".to_string(),
+                _ => String::new(),
+            };
+            let _ = write!(
+                o,
+                "<td class=\"cell{}\" data-phase=\"decode\" data-context=\"{ctx}\" \
+                 data-concurrency=\"{n}\" data-verdict=\"{}\" data-total-tok-s=\"{}\" \
+                 data-ttft-ms=\"{}\" title=\"{}\"{style}>",
+                if flagged.is_some() { " flagged" } else { "" },
+                verdict.map_or("", Verdict::as_str),
+                data_number(rate),
+                data_number(ttft),
+                escape(&text),
+            );
+            // The text splits at the matrix text's separators: rate, verdict, TTFT.
+            let parts: Vec<&str> = text.split(" · ").collect();
+            match (verdict, parts.as_slice()) {
+                (Some(_), [rate, .., ttft]) if parts.len() >= 2 => {
+                    let _ = write!(
+                        o,
+                        "<span class=\"rate\">{}</span>{}<span class=\"ttft\">{}</span>",
+                        escape(rate),
+                        flagged
+                            .map(|b| format!("<span class=\"badge\">{b}</span>"))
+                            .unwrap_or_default(),
+                        escape(ttft)
+                    );
+                }
+                _ => {
+                    let _ = write!(o, "{}", escape(&text));
+                }
+            }
+            let _ = write!(o, "</td>");
+        }
+        let _ = writeln!(o, "</tr>");
+    }
+    let _ = writeln!(o, "</tbody>\n</table>");
+    for line in matrix_footer(s) {
+        let _ = writeln!(o, "<p class=\"legend\">{}</p>", escape(&line));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn escapes_markup_and_quotes() {
+        assert_eq!(
+            escape("<a href=\"x\">Tom & Jerry's</a>"),
+            "&lt;a href=&quot;x&quot;&gt;Tom &amp; Jerry&#39;s&lt;/a&gt;"
+        );
+    }
+
+    #[test]
+    fn the_heat_ramp_runs_light_to_dark_with_readable_text() {
+        assert_eq!(heat(0.0), ("#eff6ff".to_string(), "#111827"));
+        assert_eq!(heat(1.0), ("#1e3a8a".to_string(), "#ffffff"));
+        assert_eq!(heat(7.0), heat(1.0), "clamped");
+    }
+}
