@@ -1,0 +1,130 @@
+"""Opens tokentrace's HTML reports in headless Chromium, offline, and checks them.
+
+usage: browser.py SHOTS_DIR PAGE.html:SCORING.json [PAGE.html:SCORING.json ...]
+
+For each page, from a file URL with every network request refused:
+- the console has no errors, and the page made no request beyond its own file;
+- the decode matrix has one cell per decode cell of the JSON scoring, with its verdict,
+  total tok/s and median TTFT equal to the scoring's;
+- clicking a column of the measurements table sorts it;
+- a screenshot of the whole page is saved in SHOTS_DIR.
+Exits non-zero with what failed. Driven by Selenium with the system's chromedriver.
+"""
+
+import json
+import math
+import pathlib
+import sys
+
+from selenium import webdriver
+from selenium.webdriver.chrome.service import Service
+from selenium.webdriver.common.by import By
+
+
+def browser():
+    opts = webdriver.ChromeOptions()
+    for arg in (
+        "--headless=new",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--hide-scrollbars",
+        "--window-size=1280,1600",
+        # No network: every host resolves nowhere, and any proxy use fails.
+        "--host-resolver-rules=MAP * ~NOTFOUND",
+        "--proxy-server=http://127.0.0.1:9",
+        "--allow-file-access-from-files",
+    ):
+        opts.add_argument(arg)
+    opts.set_capability("goog:loggingPrefs", {"browser": "ALL"})
+    return webdriver.Chrome(options=opts, service=Service("/usr/bin/chromedriver"))
+
+
+def same(a, b):
+    if a is None or b is None:
+        return a is None and b is None
+    return math.isclose(a, b, rel_tol=1e-12, abs_tol=0.0)
+
+
+def number(text):
+    return float(text) if text not in (None, "") else None
+
+
+def check(driver, page, scoring, shots):
+    problems = []
+    driver.get(page.resolve().as_uri())
+    errors = [e for e in driver.get_log("browser") if e.get("level") == "SEVERE"]
+    if errors:
+        problems.append(f"console errors: {errors}")
+    requests = driver.execute_script(
+        "return performance.getEntriesByType('resource').map(function(e){return e.name})"
+    )
+    if requests:
+        problems.append(f"network requests: {requests}")
+
+    cells = [c for c in scoring["cells"] if c["phase"] == "decode"]
+    shown = driver.find_elements(By.CSS_SELECTOR, "#matrix td.cell")
+    if len(shown) != len(cells):
+        problems.append(f"matrix has {len(shown)} cells, the scoring {len(cells)}")
+    for c in cells:
+        sel = f'#matrix td[data-context="{c["context"]}"][data-concurrency="{c["concurrency"]}"]'
+        found = driver.find_elements(By.CSS_SELECTOR, sel)
+        name = f'{c["context"]} x {c["concurrency"]}'
+        if len(found) != 1:
+            problems.append(f"{name}: {len(found)} matrix cells")
+            continue
+        td = found[0]
+        if td.get_attribute("data-verdict") != (c["verdict"] or ""):
+            problems.append(f"{name}: verdict {td.get_attribute('data-verdict')}")
+        figures = c.get("figures") or {}
+        shows = c["verdict"] in ("valid", "requests_queued")
+        want_rate = figures.get("total_tok_s") if shows else None
+        want_ttft = (figures.get("ttft_ms") or {}).get("median") if shows else None
+        if not same(number(td.get_attribute("data-total-tok-s")), want_rate):
+            problems.append(f"{name}: total tok/s {td.get_attribute('data-total-tok-s')} vs {want_rate}")
+        if not same(number(td.get_attribute("data-ttft-ms")), want_ttft):
+            problems.append(f"{name}: TTFT {td.get_attribute('data-ttft-ms')} vs {want_ttft}")
+        if not td.is_displayed() or not td.text.strip():
+            problems.append(f"{name}: not shown")
+
+    # Sorting: the "Requests at once" column, clicked twice, ends descending.
+    header = driver.find_elements(By.CSS_SELECTOR, "#measurements thead th")[2]
+    header.click()
+    header.click()
+    column = [
+        float(td.get_attribute("data-sort"))
+        for td in driver.find_elements(By.CSS_SELECTOR, "#measurements tbody tr td:nth-child(3)")
+    ]
+    if column != sorted(column, reverse=True) or header.get_attribute("aria-sort") != "descending":
+        problems.append(f"measurements not sorted descending by concurrency: {column}")
+
+    height = driver.execute_script("return document.body.scrollHeight")
+    driver.set_window_size(1280, max(800, min(int(height) + 40, 8000)))
+    shot = shots / (page.stem + ".png")
+    driver.save_screenshot(str(shot))
+    return problems, shot
+
+
+def main():
+    if len(sys.argv) < 3:
+        print(__doc__, file=sys.stderr)
+        return 2
+    shots = pathlib.Path(sys.argv[1])
+    shots.mkdir(parents=True, exist_ok=True)
+    driver = browser()
+    failed = False
+    try:
+        for arg in sys.argv[2:]:
+            page, scoring = arg.split(":", 1)
+            page = pathlib.Path(page)
+            problems, shot = check(driver, page, json.loads(pathlib.Path(scoring).read_text()), shots)
+            for p in problems:
+                print(f"browser: {page.name}: {p}", file=sys.stderr)
+            failed |= bool(problems)
+            print(f"ok: {page.name}" if not problems else f"FAILED: {page.name}", f"(screenshot {shot})")
+    finally:
+        driver.quit()
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
