@@ -6,6 +6,8 @@ For each page, from a file URL with every network request refused:
 - the console has no errors, and the page made no request beyond its own file;
 - the decode matrix has one cell per decode cell of the JSON scoring, with its verdict,
   total tok/s and median TTFT equal to the scoring's;
+- every chart (prefill by context; total tok/s, per-request tok/s and TTFT against
+  concurrency) is drawn;
 - clicking a column of the measurements table sorts it;
 - a screenshot of the whole page is saved in SHOTS_DIR.
 Exits non-zero with what failed. Driven by Selenium with the system's chromedriver.
@@ -85,6 +87,18 @@ def check(driver, page, scoring, shots):
             problems.append(f"{name}: TTFT {td.get_attribute('data-ttft-ms')} vs {want_ttft}")
         if not td.is_displayed() or not td.text.strip():
             problems.append(f"{name}: not shown")
+
+    # Charts: every chart box holds a uPlot canvas with something drawn on it.
+    boxes = driver.find_elements(By.CSS_SELECTOR, ".charts > div")
+    drawn = driver.execute_script(
+        "return Array.prototype.map.call(document.querySelectorAll('.charts > div'),function(b){"
+        "var c=b.querySelector('canvas');if(!c)return 0;"
+        "var d=c.getContext('2d').getImageData(0,0,c.width,c.height).data,n=0;"
+        "for(var i=3;i<d.length;i+=4){if(d[i]>0)n++}return n})"
+    )
+    want_charts = (3 if cells else 0) + (2 if any(c["phase"] == "prefill" for c in scoring["cells"]) else 0)
+    if len(boxes) != want_charts or any(n < 200 for n in drawn):
+        problems.append(f"charts: {len(boxes)} boxes (want {want_charts}), drawn pixels {drawn}")
 
     # Sorting: the "Requests at once" column, clicked twice, ends descending.
     header = driver.find_elements(By.CSS_SELECTOR, "#measurements thead th")[2]

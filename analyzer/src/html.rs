@@ -1,6 +1,7 @@
 //! The report as one self-contained HTML page: the reference layout with the decode
-//! matrix as a heat map and a sortable measurements table. No network requests, no
-//! timestamps or random ids: the same scoring gives the same bytes.
+//! matrix as a heat map, charts across the matrix (uPlot, vendored in `assets/uplot`)
+//! and a sortable measurements table. No network requests, no timestamps or random ids:
+//! the same scoring gives the same bytes.
 
 use std::fmt::Write as _;
 
@@ -76,7 +77,7 @@ border:1px solid currentColor;border-radius:3px;padding:0 .25rem;margin:.1rem 0}
 table.heat td.flagged{background-image:repeating-linear-gradient(135deg,rgba(0,0,0,.18) 0 2px,transparent 2px 8px)}\
 table.sortable th{cursor:pointer;user-select:none}table.sortable th[aria-sort=ascending]::after{content:' ▲'}\
 table.sortable th[aria-sort=descending]::after{content:' ▼'}\
-.legend{color:#374151}footer{margin-top:2rem;color:#6b7280;border-top:1px solid #e5e7eb;padding-top:.5rem}";
+.legend{color:#374151}.charts{display:flex;flex-wrap:wrap;gap:1rem}.charts>div{flex:1 1 22rem;max-width:40rem}footer{margin-top:2rem;color:#6b7280;border-top:1px solid #e5e7eb;padding-top:.5rem}";
 
 /// Sorts a `table.sortable` by the clicked column: numbers by their `data-sort`
 /// value, text by its content; a second click reverses.
@@ -95,6 +96,82 @@ else if(p===''||q===''){r=(p===''?1:0)-(q===''?1:0)}\
 else{r=a.textContent.localeCompare(c.textContent)}\
 return asc?r:-r});rows.forEach(function(r){b.appendChild(r)})})})});";
 
+/// uPlot, embedded as shipped, with its licence (see `assets/uplot/README.md`).
+const UPLOT_JS: &str = include_str!("../assets/uplot/uPlot.iife.min.js");
+const UPLOT_CSS: &str = include_str!("../assets/uplot/uPlot.min.css");
+const UPLOT_LICENSE: &str = include_str!("../assets/uplot/LICENSE");
+
+/// Draws the charts from the page's `chart-data` block: one line per context against
+/// the concurrency (log 2), TTFT on a log scale; prefill by context. Colour-blind-safe
+/// colours, and a dash pattern per line so that colour is not the only key.
+const CHARTS: &str = "\
+(function(){var el=document.getElementById('chart-data');if(!el||typeof uPlot==='undefined')return;\
+var d=JSON.parse(el.textContent);\
+var pal=['#0072B2','#E69F00','#009E73','#CC79A7','#56B4E9','#D55E00','#000000','#999999'];\
+var dashes=[[],[8,4],[2,3],[10,3,2,3]];\
+function draw(id,title,xs,lines,xlog,ylog,xlabel,ylabel){var box=document.getElementById(id);if(!box)return;\
+var any=lines.some(function(l){return l.values.some(function(v){return v!==null&&(!ylog||v>0)})});if(!any){box.remove();return;}\
+var series=[{label:xlabel}].concat(lines.map(function(l,i){return{label:l.label,stroke:pal[i%pal.length],\
+dash:dashes[i%dashes.length],width:2,points:{show:true,size:6}}}));\
+var opts={title:title,width:Math.max(320,Math.min(box.clientWidth||600,640)),height:280,\
+scales:{x:{time:false,distr:xlog?3:1,log:2},y:{distr:ylog?3:1,log:10}},\
+axes:[{label:xlabel},{label:ylabel,size:64}],series:series};\
+new uPlot(opts,[xs].concat(lines.map(function(l){return l.values})),box);}\
+var m=d.matrix;\
+if(m){draw('chart-total','Total tok/s',m.levels,m.total,true,false,'requests at once','tok/s');\
+draw('chart-per-request','Per request tok/s',m.levels,m.per_request,true,false,'requests at once','tok/s');\
+draw('chart-ttft','TTFT (median, log scale)',m.levels,m.ttft,true,true,'requests at once','ms');}\
+var p=d.prefill;\
+if(p){draw('chart-prefill-rate','Prefill prompt tok/s',p.contexts,[{label:'prompt tok/s',values:p.rate}],true,false,'context (tokens)','tok/s');\
+draw('chart-prefill-ttft','Prefill TTFT (log scale)',p.contexts,[{label:'TTFT',values:p.ttft}],true,true,'context (tokens)','ms');}\
+})();";
+
+/// The charts' data: per context, the decode figures by concurrency (null where the
+/// cell is missing or its figures are discarded); the prefill figures by context.
+fn chart_data(s: &Scoring) -> String {
+    let (contexts, levels) = matrix_axes(s);
+    let series = |pick: &dyn Fn(&crate::contract::Figures) -> Option<f64>| {
+        contexts
+            .iter()
+            .map(|ctx| {
+                let values: Vec<Option<f64>> = levels
+                    .iter()
+                    .map(|n| {
+                        decode_cell(s, *ctx, *n)
+                            .and_then(shown)
+                            .and_then(pick)
+                            .filter(|v| v.is_finite())
+                    })
+                    .collect();
+                serde_json::json!({"label": context_label(*ctx), "values": values})
+            })
+            .collect::<Vec<_>>()
+    };
+    let prefill: Vec<&CellScore> = s
+        .cells
+        .iter()
+        .filter(|c| c.phase == Phase::Prefill)
+        .collect();
+    let figure = |c: &CellScore, pick: &dyn Fn(&crate::contract::Figures) -> Option<f64>| {
+        shown(c).and_then(pick).filter(|v| v.is_finite())
+    };
+    let data = serde_json::json!({
+        "matrix": (!contexts.is_empty()).then(|| serde_json::json!({
+            "levels": levels,
+            "total": series(&|f| f.total_tok_s),
+            "per_request": series(&|f| f.per_request_tok_s.median),
+            "ttft": series(&|f| f.ttft_ms.median),
+        })),
+        "prefill": (!prefill.is_empty()).then(|| serde_json::json!({
+            "contexts": prefill.iter().map(|c| c.context).collect::<Vec<_>>(),
+            "rate": prefill.iter().map(|c| figure(c, &|f| f.prompt_tok_s)).collect::<Vec<_>>(),
+            "ttft": prefill.iter().map(|c| figure(c, &|f| f.ttft_ms.median)).collect::<Vec<_>>(),
+        })),
+    });
+    // Inside <script>, a "</" would end the element early.
+    data.to_string().replace("</", "<\\/")
+}
+
 /// The scoring as one self-contained HTML page.
 pub fn html(s: &Scoring) -> String {
     let mut o = String::new();
@@ -104,7 +181,7 @@ pub fn html(s: &Scoring) -> String {
         o,
         "<!doctype html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n\
          <meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n\
-         <title>{}</title>\n<style>{STYLE}</style>\n</head>\n<body>\n",
+         <title>{}</title>\n<style>{STYLE}</style>\n<style>{UPLOT_CSS}</style>\n</head>\n<body>\n",
         escape(&title)
     );
     let _ = writeln!(o, "<h1>Speed test matrix</h1>");
@@ -177,6 +254,11 @@ pub fn html(s: &Scoring) -> String {
     }
     let _ = writeln!(o, "</tbody>\n</table>");
 
+    let _ = writeln!(
+        o,
+        "<script type=\"application/json\" id=\"chart-data\">{}</script>",
+        chart_data(s)
+    );
     let notes = notes(s);
     if !notes.is_empty() {
         let _ = writeln!(o, "<h2>Notes</h2>\n<ul>");
@@ -187,8 +269,10 @@ pub fn html(s: &Scoring) -> String {
     }
     let _ = writeln!(
         o,
-        "<footer>{}</footer>\n<script>{SCRIPT}</script>\n</body>\n</html>",
-        escape(&scored_by(s))
+        "<footer>{}<br>Charts: uPlot 1.6.32, MIT licence (below).</footer>\n\
+         <script>{SCRIPT}</script>\n<script>/*\n{}*/\n{UPLOT_JS}</script>\n<script>{CHARTS}</script>\n</body>\n</html>",
+        escape(&scored_by(s)),
+        UPLOT_LICENSE.replace("*/", "* /")
     );
     o
 }
@@ -239,6 +323,10 @@ fn prefill_section(o: &mut String, s: &Scoring) {
         );
     }
     let _ = writeln!(o, "</tbody>\n</table>");
+    let _ = writeln!(
+        o,
+        "<div class=\"charts\"><div id=\"chart-prefill-rate\"></div><div id=\"chart-prefill-ttft\"></div></div>"
+    );
     if prefill
         .iter()
         .any(|c| c.verdict == Some(Verdict::PrefillCached))
@@ -336,6 +424,12 @@ fn decode_section(o: &mut String, s: &Scoring) {
     for line in matrix_footer(s) {
         let _ = writeln!(o, "<p class=\"legend\">{}</p>", escape(&line));
     }
+    let _ = writeln!(
+        o,
+        "<h2>Across the matrix</h2>\n<p>One line per context; looped and error cells are gaps. \
+         Drag to zoom, double-click to reset.</p>\n<div class=\"charts\"><div id=\"chart-total\"></div>\
+         <div id=\"chart-per-request\"></div><div id=\"chart-ttft\"></div></div>"
+    );
 }
 
 #[cfg(test)]
