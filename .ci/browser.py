@@ -8,6 +8,8 @@ For each page, from a file URL with every network request refused:
   total tok/s and median TTFT equal to the scoring's;
 - every chart (prefill by context; total tok/s, per-request tok/s and TTFT against
   concurrency) is drawn;
+- clicking each matrix cell opens its drill-down, with a drawn token chart (a
+  screenshot of the last one is saved);
 - clicking a column of the measurements table sorts it;
 - a screenshot of the whole page is saved in SHOTS_DIR.
 Exits non-zero with what failed. Driven by Selenium with the system's chromedriver.
@@ -89,9 +91,9 @@ def check(driver, page, scoring, shots):
             problems.append(f"{name}: not shown")
 
     # Charts: every chart box holds a uPlot canvas with something drawn on it.
-    boxes = driver.find_elements(By.CSS_SELECTOR, ".charts > div")
+    boxes = driver.find_elements(By.CSS_SELECTOR, ".charts:not(.drill) > div")
     drawn = driver.execute_script(
-        "return Array.prototype.map.call(document.querySelectorAll('.charts > div'),function(b){"
+        "return Array.prototype.map.call(document.querySelectorAll('.charts:not(.drill) > div'),function(b){"
         "var c=b.querySelector('canvas');if(!c)return 0;"
         "var d=c.getContext('2d').getImageData(0,0,c.width,c.height).data,n=0;"
         "for(var i=3;i<d.length;i+=4){if(d[i]>0)n++}return n})"
@@ -99,6 +101,26 @@ def check(driver, page, scoring, shots):
     want_charts = (3 if cells else 0) + (2 if any(c["phase"] == "prefill" for c in scoring["cells"]) else 0)
     if len(boxes) != want_charts or any(n < 200 for n in drawn):
         problems.append(f"charts: {len(boxes)} boxes (want {want_charts}), drawn pixels {drawn}")
+
+    # Drill-down: clicking each matrix cell opens its section, with its title and a
+    # drawn token chart.
+    for td in driver.find_elements(By.CSS_SELECTOR, "#matrix td.cell"):
+        name = f'{td.get_attribute("data-context")} x {td.get_attribute("data-concurrency")}'
+        driver.execute_script("arguments[0].scrollIntoView()", td)
+        td.click()
+        opened = driver.execute_script(
+            "var s=document.getElementById('drill');if(!s||s.hidden)return null;"
+            "var c=document.querySelector('#drill-tokens canvas');if(!c)return [s.querySelector('h2').textContent,0];"
+            "var d=c.getContext('2d').getImageData(0,0,c.width,c.height).data,n=0;"
+            "for(var i=3;i<d.length;i+=4){if(d[i]>0)n++}"
+            "return [s.querySelector('h2').textContent,n]"
+        )
+        if not opened or opened[1] < 200 or name.split(" x ")[1] not in opened[0]:
+            problems.append(f"{name}: drill-down {opened}")
+    if driver.find_elements(By.CSS_SELECTOR, "#matrix td.cell"):
+        shot = shots / (page.stem + "-drill.png")
+        driver.execute_script("document.getElementById('drill').scrollIntoView()")
+        driver.save_screenshot(str(shot))
 
     # Sorting: the "Requests at once" column, clicked twice, ends descending.
     header = driver.find_elements(By.CSS_SELECTOR, "#measurements thead th")[2]

@@ -114,7 +114,17 @@ fn write_out(path: Option<&Path>, text: &str) -> anyhow::Result<()> {
 pub fn report(args: &ReportArgs) -> anyhow::Result<ExitCode> {
     let rules = rules(&args.rules)?;
     let s = scored(&args.run, &rules)?;
-    write_out(args.out.as_deref(), &render::render(&s, args.format))?;
+    let text = if args.format == Format::Html {
+        // The page's drill-downs draw each cell's trace, loaded from the run.
+        let run = tokentrace_analyzer::Run::open(&args.run)
+            .with_context(|| format!("cannot open {}", args.run.display()))?;
+        let traces = tokentrace_analyzer::trace::traces(&run, &rules)
+            .with_context(|| format!("cannot trace {}", args.run.display()))?;
+        tokentrace_analyzer::html::html_with_traces(&s, &traces)
+    } else {
+        render::render(&s, args.format)
+    };
+    write_out(args.out.as_deref(), &text)?;
     Ok(if report_damage(&args.run, &s) {
         ExitCode::FAILURE
     } else {

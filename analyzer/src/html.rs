@@ -3,9 +3,10 @@
 //! and a sortable measurements table. No network requests, no timestamps or random ids:
 //! the same scoring gives the same bytes.
 
+use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
-use tokentrace_schemas::layout::Phase;
+use tokentrace_schemas::layout::{CellKey, Phase};
 
 use crate::contract::{CellScore, Scoring, Verdict};
 use crate::numbers::context_label;
@@ -13,6 +14,7 @@ use crate::render::{
     decode_cell, header, matrix_axes, matrix_footer, matrix_text, measurements, notes, scored_by,
     shown,
 };
+use crate::trace::{CellTrace, GAP_EDGES_MS};
 
 /// Text with `&`, `<`, `>`, `"` and `'` escaped, for element content and attributes.
 pub fn escape(text: &str) -> String {
@@ -70,7 +72,9 @@ dl.facts dt{color:#4b5563}dl.facts dd{margin:0;overflow-wrap:anywhere}\
 pre{background:#f3f4f6;padding:.75rem;overflow-x:auto;white-space:pre-wrap;overflow-wrap:anywhere}\
 table{border-collapse:collapse;margin:.5rem 0}th,td{border:1px solid #d1d5db;padding:.3rem .5rem;text-align:right}\
 th:first-child,td:first-child{text-align:left}thead th{background:#f9fafb}\
-table.heat td{min-width:7rem;text-align:center}\
+table.heat td{min-width:7rem;text-align:center}table.heat td.cell{cursor:pointer}\
+table.heat td.cell:focus{outline:3px solid #f59e0b;outline-offset:-3px}#drill{border:1px solid #d1d5db;padding:0 1rem 1rem;margin-top:1rem}\
+#drill-excerpt mark{background:#fde68a}\
 table.heat td .rate{font-weight:600;display:block}table.heat td .ttft{font-size:.85em;display:block}\
 table.heat td .badge{display:inline-block;font-size:.75em;font-weight:700;text-transform:uppercase;\
 border:1px solid currentColor;border-radius:3px;padding:0 .25rem;margin:.1rem 0}\
@@ -172,8 +176,90 @@ fn chart_data(s: &Scoring) -> String {
     data.to_string().replace("</", "<\\/")
 }
 
-/// The scoring as one self-contained HTML page.
+/// Opens a decode cell's drill-down when its matrix cell is clicked (or Enter or Space
+/// pressed on it): its notes, a loop's repeated text with the cycle marked, and three
+/// charts from the cell's trace: output tokens over time with the window shaded and each
+/// request's send (grey), first token (green) and end (orange) ticked; the gaps between
+/// token events; the server's gauges with every scrape marked.
+const DRILL: &str = "\
+(function(){var el=document.getElementById('cell-data');if(!el||typeof uPlot==='undefined')return;\
+var all=JSON.parse(el.textContent),cells=all.cells,edges=all.gap_edges_ms,sec=document.getElementById('drill'),charts=[];\
+function width(box){return Math.max(320,Math.min(box.clientWidth||600,640))}\
+function shade(a,b){return function(u){var c=u.ctx,x0=u.valToPos(a,'x',true),x1=u.valToPos(b,'x',true);\
+c.save();c.fillStyle='rgba(30,58,138,0.10)';c.fillRect(x0,u.bbox.top,x1-x0,u.bbox.height);c.restore();}}\
+function ticks(reqs){return function(u){var c=u.ctx,y=u.bbox.top+u.bbox.height;c.save();c.lineWidth=1;\
+reqs.forEach(function(r){[['sent','#6b7280',6],['first_token','#009E73',12],['end','#D55E00',8]].forEach(function(m){\
+var v=r[m[0]];if(v===null||v===undefined)return;var x=u.valToPos(v,'x',true);\
+if(x<u.bbox.left||x>u.bbox.left+u.bbox.width)return;c.strokeStyle=m[1];c.beginPath();c.moveTo(x,y);\
+c.lineTo(x,y-m[2]*(window.devicePixelRatio||1));c.stroke();});});c.restore();}}\
+function add(id,opts,data){var box=document.getElementById(id);box.innerHTML='';opts.width=width(box);opts.height=260;\
+charts.push(new uPlot(opts,data,box));}\
+function open(td){var key=td.getAttribute('data-context')+'/'+td.getAttribute('data-concurrency'),d=cells[key];if(!d)return;\
+charts.forEach(function(c){c.destroy()});charts=[];sec.hidden=false;\
+document.getElementById('drill-title').textContent=d.title;\
+var ul=document.getElementById('drill-notes');ul.innerHTML='';d.notes.forEach(function(n){var li=document.createElement('li');li.textContent=n;ul.appendChild(li)});\
+var pre=document.getElementById('drill-excerpt');pre.innerHTML='';pre.hidden=!d.loop;\
+if(d.loop){var m=document.createElement('mark');m.textContent=d.loop.excerpt;pre.appendChild(m);\
+pre.appendChild(document.createTextNode(' \\u2190 the cycle ('+d.loop.cycle_chars+' characters), repeated '+d.loop.cycles+' times'));}\
+var t=d.trace;if(t){\
+add('drill-tokens',{title:'Output tokens over time (window shaded)',scales:{x:{time:false}},\
+axes:[{label:'s from window open'},{label:'tokens',size:64}],\
+series:[{label:'s'},{label:'cumulative output tokens',stroke:'#0072B2',width:2}],\
+hooks:{drawClear:[shade(0,t.window_s)],draw:[ticks(t.requests)]}},[t.times,t.tokens]);\
+add('drill-gaps',{title:'Time between token events in the window',scales:{x:{time:false}},\
+axes:[{label:'ms (bin from)',values:function(u,vs){return vs.map(function(i){return edges[i]===undefined?'':String(edges[i])})}},{label:'gaps',size:64}],\
+series:[{label:'bin'},{label:'gaps',stroke:'#E69F00',fill:'rgba(230,159,0,0.5)',paths:uPlot.paths.bars({size:[0.8]}),points:{show:false}}]},\
+[edges.map(function(e,i){return i}),t.gap_counts]);\
+if(t.gauge_times.length){var pal=['#0072B2','#D55E00','#009E73','#CC79A7','#56B4E9','#E69F00'];\
+add('drill-gauges',{title:'Server gauges (every scrape marked; window shaded)',scales:{x:{time:false}},\
+axes:[{label:'s from window open'},{label:'value',size:64}],\
+series:[{label:'s'}].concat(t.gauges.map(function(g,i){return{label:g[0],stroke:pal[i%pal.length],width:2,points:{show:true,size:7}}})),\
+hooks:{drawClear:[shade(0,t.window_s)]}},[t.gauge_times].concat(t.gauges.map(function(g){return g[1]})));}\
+else{document.getElementById('drill-gauges').textContent='No server gauges were scraped in this cell.';}}\
+sec.scrollIntoView();}\
+document.querySelectorAll('#matrix td.cell').forEach(function(td){td.addEventListener('click',function(){open(td)});\
+td.addEventListener('keydown',function(e){if(e.key==='Enter'||e.key===' '){e.preventDefault();open(td)}})});\
+})();";
+
+/// Each decode cell's drill-down data: its title, notes, loop excerpt and trace.
+fn cell_data(s: &Scoring, traces: &BTreeMap<CellKey, CellTrace>) -> String {
+    let mut cells = serde_json::Map::new();
+    for c in s.cells.iter().filter(|c| c.phase == Phase::Decode) {
+        let lp = c.evidence.iter().find_map(|e| match e {
+            crate::contract::Evidence::Loop(l) => Some(l),
+            _ => None,
+        });
+        cells.insert(
+            format!("{}/{}", c.context, c.concurrency),
+            serde_json::json!({
+                "title": format!(
+                    "Decode {} × {}: {}",
+                    context_label(c.context),
+                    c.concurrency,
+                    matrix_text(Some(c))
+                ),
+                "notes": crate::render::cell_notes(c),
+                "loop": lp.map(|l| serde_json::json!({
+                    "excerpt": l.cycle_excerpt,
+                    "cycle_chars": l.cycle_chars,
+                    "cycles": l.cycles,
+                })),
+                "trace": traces.get(&c.key()),
+            }),
+        );
+    }
+    let data = serde_json::json!({"gap_edges_ms": GAP_EDGES_MS, "cells": cells});
+    data.to_string().replace("</", "<\\/")
+}
+
+/// The scoring as one self-contained HTML page, without drill-down traces.
 pub fn html(s: &Scoring) -> String {
+    html_with_traces(s, &BTreeMap::new())
+}
+
+/// The scoring as one self-contained HTML page; a click on a decode cell opens its
+/// drill-down, drawn from `traces` (see [`crate::trace::traces`]).
+pub fn html_with_traces(s: &Scoring, traces: &BTreeMap<CellKey, CellTrace>) -> String {
     let mut o = String::new();
     let h = header(s);
     let title = format!("Speed test matrix · {}", h.model);
@@ -259,6 +345,11 @@ pub fn html(s: &Scoring) -> String {
         "<script type=\"application/json\" id=\"chart-data\">{}</script>",
         chart_data(s)
     );
+    let _ = writeln!(
+        o,
+        "<script type=\"application/json\" id=\"cell-data\">{}</script>",
+        cell_data(s, traces)
+    );
     let notes = notes(s);
     if !notes.is_empty() {
         let _ = writeln!(o, "<h2>Notes</h2>\n<ul>");
@@ -270,7 +361,7 @@ pub fn html(s: &Scoring) -> String {
     let _ = writeln!(
         o,
         "<footer>{}<br>Charts: uPlot 1.6.32, MIT licence (below).</footer>\n\
-         <script>{SCRIPT}</script>\n<script>/*\n{}*/\n{UPLOT_JS}</script>\n<script>{CHARTS}</script>\n</body>\n</html>",
+         <script>{SCRIPT}</script>\n<script>/*\n{}*/\n{UPLOT_JS}</script>\n<script>{CHARTS}</script>\n<script>{DRILL}</script>\n</body>\n</html>",
         escape(&scored_by(s)),
         UPLOT_LICENSE.replace("*/", "* /")
     );
@@ -352,7 +443,8 @@ fn decode_section(o: &mut String, s: &Scoring) {
     let _ = writeln!(
         o,
         "<h2>Sustained decode</h2>\n<p>total tok/s · rows are context length, columns are \
-         simultaneous requests · colour: share of the matrix's best total tok/s</p>\n\
+         simultaneous requests · colour: share of the matrix's best total tok/s · click a \
+         cell for its drill-down</p>\n\
          <table class=\"heat\" id=\"matrix\">\n<thead><tr><th>Context</th>"
     );
     for n in &levels {
@@ -389,7 +481,7 @@ fn decode_section(o: &mut String, s: &Scoring) {
             };
             let _ = write!(
                 o,
-                "<td class=\"cell{}\" data-phase=\"decode\" data-context=\"{ctx}\" \
+                "<td class=\"cell{}\" tabindex=\"0\" role=\"button\" data-phase=\"decode\" data-context=\"{ctx}\" \
                  data-concurrency=\"{n}\" data-verdict=\"{}\" data-total-tok-s=\"{}\" \
                  data-ttft-ms=\"{}\" title=\"{}\"{style}>",
                 if flagged.is_some() { " flagged" } else { "" },
@@ -424,6 +516,12 @@ fn decode_section(o: &mut String, s: &Scoring) {
     for line in matrix_footer(s) {
         let _ = writeln!(o, "<p class=\"legend\">{}</p>", escape(&line));
     }
+    let _ = writeln!(
+        o,
+        "<section id=\"drill\" hidden>\n<h2 id=\"drill-title\"></h2>\n<ul id=\"drill-notes\"></ul>\n\
+         <pre id=\"drill-excerpt\" hidden></pre>\n<div class=\"charts drill\"><div id=\"drill-tokens\"></div>\
+         <div id=\"drill-gaps\"></div><div id=\"drill-gauges\"></div></div>\n</section>"
+    );
     let _ = writeln!(
         o,
         "<h2>Across the matrix</h2>\n<p>One line per context; looped and error cells are gaps. \

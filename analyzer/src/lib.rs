@@ -21,6 +21,7 @@ pub mod rules;
 pub mod run;
 pub mod score;
 pub mod stats;
+pub mod trace;
 
 pub use contract::Scoring;
 pub use error::{Error, Result};

@@ -617,7 +617,7 @@ fn verdict_note(c: &CellScore) -> Option<String> {
     ))
 }
 
-fn cell_notes(c: &CellScore) -> Vec<String> {
+pub(crate) fn cell_notes(c: &CellScore) -> Vec<String> {
     let name = cell_name(c);
     let mut out = Vec::new();
     if c.verdict.is_none() {

@@ -194,6 +194,84 @@ fn the_html_pages_figures_are_the_json_scorings() {
     }
 }
 
+/// The page carries a drill-down trace for every decode cell: a down-sampled,
+/// non-decreasing token series, the window's length, and one set of marks per warm-up
+/// and measured request of the cell's table.
+#[test]
+fn the_html_page_has_a_trace_for_every_decode_cell() {
+    use tokentrace_schemas::reader::read_table;
+    use tokentrace_schemas::tables::{Requests, Role};
+    let tmp = tempfile::tempdir().expect("tempdir");
+    for name in RUNS {
+        let run_dir = fixtures().join(name);
+        let (page, scoring) = (tmp.path().join("page.html"), tmp.path().join("s.json"));
+        report_to(&run_dir, "default", "html", &page);
+        report_to(&run_dir, "default", "json", &scoring);
+        let html = std::fs::read_to_string(&page).expect("page");
+        let json: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(&scoring).expect("json")).expect("json");
+        let start = html.find("id=\"cell-data\">").expect("cell data") + 15;
+        let end = start + html[start..].find("</script>").expect("end");
+        let data: serde_json::Value = serde_json::from_str(&html[start..end]).expect("data");
+        for c in json["cells"].as_array().expect("cells") {
+            if c["phase"] != "decode" {
+                continue;
+            }
+            let key = format!("{}/{}", c["context"], c["concurrency"]);
+            let t = &data["cells"][&key]["trace"];
+            let times: Vec<f64> = t["times"]
+                .as_array()
+                .expect("times")
+                .iter()
+                .filter_map(|v| v.as_f64())
+                .collect();
+            let tokens: Vec<i64> = t["tokens"]
+                .as_array()
+                .expect("tokens")
+                .iter()
+                .filter_map(|v| v.as_i64())
+                .collect();
+            assert!(
+                !times.is_empty() && times.len() == tokens.len(),
+                "{name} {key}"
+            );
+            assert!(
+                times.len() <= tokentrace_analyzer::trace::MAX_POINTS + 1,
+                "{name} {key}"
+            );
+            assert!(
+                times.windows(2).all(|w| w[0] <= w[1]),
+                "{name} {key}: time order"
+            );
+            assert!(
+                tokens.windows(2).all(|w| w[0] <= w[1]),
+                "{name} {key}: cumulative"
+            );
+            let window = t["window_s"].as_f64().expect("window");
+            assert!(
+                same(Some(window), c["figures"]["window_s"].as_f64()),
+                "{name} {key}"
+            );
+            let dir = tokentrace_schemas::layout::CellKey::new(
+                tokentrace_schemas::layout::Phase::Decode,
+                c["context"].as_u64().expect("context") as u32,
+                c["concurrency"].as_u64().expect("concurrency") as u32,
+            )
+            .dir(&run_dir);
+            let rows = read_table::<Requests>(&dir.join("requests.parquet")).expect("requests");
+            let streams = rows
+                .iter()
+                .filter(|r| matches!(r.role, Role::Warmup | Role::Measured))
+                .count();
+            assert_eq!(
+                t["requests"].as_array().map(Vec::len),
+                Some(streams),
+                "{name} {key}: one set of marks per request"
+            );
+        }
+    }
+}
+
 /// `tokentrace diff ARGS --format json`, parsed.
 fn diff_json(args: &[&str]) -> serde_json::Value {
     let mut all = vec!["tokentrace", "diff"];

@@ -1,0 +1,218 @@
+//! The per-cell traces behind the HTML report's drill-down: a decode cell's output
+//! tokens over time (down-sampled), its requests' send, first token and end, the
+//! distribution of the gaps between token events, and the server's gauges over time.
+//! Times are seconds from the cell's window opening.
+
+use std::collections::BTreeMap;
+
+use polars::prelude::*;
+use serde::Serialize;
+use tokentrace_schemas::column::StrEnum;
+use tokentrace_schemas::layout::{CellKey, Phase};
+use tokentrace_schemas::tables::Role;
+
+use crate::error::{Error, Result};
+use crate::load;
+use crate::rules::RuleSet;
+use crate::run::Run;
+
+/// Most points kept of a cell's token series: the series is cut to every k-th token
+/// event (k = events / MAX_POINTS, rounded up) plus the last; each kept point's
+/// cumulative count is exact.
+pub const MAX_POINTS: usize = 600;
+
+/// Edges of the gap histogram, ms (log-spaced, 1-2-5): the last bin is open.
+pub const GAP_EDGES_MS: [f64; 16] = [
+    0.0, 1.0, 2.0, 5.0, 10.0, 20.0, 50.0, 100.0, 200.0, 500.0, 1e3, 2e3, 5e3, 1e4, 2e4, 5e4,
+];
+
+/// One request's marks, seconds from the window opening.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Marks {
+    pub request_id: i64,
+    pub role: String,
+    pub sent: Option<f64>,
+    pub first_token: Option<f64>,
+    pub end: Option<f64>,
+}
+
+/// What the drill-down of one decode cell draws.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct CellTrace {
+    /// The window's length, s (it opens at 0).
+    pub window_s: f64,
+    /// Token events' times and the cumulative output tokens at each, down-sampled.
+    pub times: Vec<f64>,
+    pub tokens: Vec<i64>,
+    /// The warm-up and measured requests.
+    pub requests: Vec<Marks>,
+    /// Gaps between consecutive token events inside the window, counted per bin of
+    /// [`GAP_EDGES_MS`].
+    pub gap_counts: Vec<u64>,
+    /// Scrape times of the server's gauges and each gauge's value there (null where a
+    /// scrape lacked it), by metric name.
+    pub gauge_times: Vec<f64>,
+    pub gauges: Vec<(String, Vec<Option<f64>>)>,
+}
+
+fn seconds(ns: i64, open: i64) -> f64 {
+    (ns - open) as f64 / 1e9
+}
+
+/// Every decode cell's trace, for the cells with a window.
+pub fn traces(run: &Run, rules: &RuleSet) -> Result<BTreeMap<CellKey, CellTrace>> {
+    let preset = rules
+        .metrics
+        .preset(run.manifest.engine.name.as_deref())
+        .map_err(|message| Error::Rules {
+            path: rules.name.clone().into(),
+            message,
+        })?;
+    let series = preset.series();
+    let loaded = load::load(run, &series)?;
+    let timelines = token_timelines(run)?;
+    let mut out = BTreeMap::new();
+    for (key, &(open, close)) in &loaded.windows {
+        if key.phase != Phase::Decode {
+            continue;
+        }
+        let events = timelines.get(key).map(Vec::as_slice).unwrap_or(&[]);
+        let stride = events.len().div_ceil(MAX_POINTS).max(1);
+        let mut times = Vec::new();
+        let mut tokens = Vec::new();
+        let mut total = 0i64;
+        for (i, (at, n)) in events.iter().enumerate() {
+            total += n;
+            if i % stride == 0 || i + 1 == events.len() {
+                times.push(seconds(*at, open));
+                tokens.push(total);
+            }
+        }
+        let requests = loaded
+            .requests
+            .get(key)
+            .map(Vec::as_slice)
+            .unwrap_or(&[])
+            .iter()
+            .filter(|r| matches!(r.role, Role::Warmup | Role::Measured))
+            .map(|r| Marks {
+                request_id: r.request_id,
+                role: r.role.as_str().to_string(),
+                sent: r.sent_ns.map(|t| seconds(t, open)),
+                first_token: loaded
+                    .tokens
+                    .get(&r.request_id)
+                    .and_then(|a| a.first_token_ns)
+                    .map(|t| seconds(t, open)),
+                end: r.end_ns.map(|t| seconds(t, open)),
+            })
+            .collect();
+        let mut gap_counts = vec![0u64; GAP_EDGES_MS.len()];
+        for g in loaded.gaps.get(key).map(Vec::as_slice).unwrap_or(&[]) {
+            let ms = *g as f64 / 1e6;
+            let bin = GAP_EDGES_MS.partition_point(|e| *e <= ms).saturating_sub(1);
+            if let Some(c) = gap_counts.get_mut(bin) {
+                *c += 1;
+            }
+        }
+        // The gauges: requests running and waiting, and KV-cache use (not counters).
+        let samples = loaded.samples.get(key);
+        let names: Vec<&String> = [&preset.running, &preset.waiting, &preset.kv_cache_usage]
+            .into_iter()
+            .flatten()
+            .filter(|n| samples.is_some_and(|s| s.contains_key(*n)))
+            .collect();
+        let mut at: Vec<i64> = names
+            .iter()
+            .flat_map(|n| samples.and_then(|s| s.get(*n)).into_iter().flatten())
+            .map(|s| s.start_ns)
+            .collect();
+        at.sort_unstable();
+        at.dedup();
+        let gauges = names
+            .iter()
+            .map(|n| {
+                let values = samples
+                    .and_then(|s| s.get(*n))
+                    .map(Vec::as_slice)
+                    .unwrap_or(&[]);
+                (
+                    (*n).clone(),
+                    at.iter()
+                        .map(|t| {
+                            values
+                                .iter()
+                                .find(|s| s.start_ns == *t)
+                                .map(|s| s.value)
+                                .filter(|v| v.is_finite())
+                        })
+                        .collect(),
+                )
+            })
+            .collect();
+        out.insert(
+            *key,
+            CellTrace {
+                window_s: seconds(close, open),
+                times,
+                tokens,
+                requests,
+                gap_counts,
+                gauge_times: at.iter().map(|t| seconds(*t, open)).collect(),
+                gauges,
+            },
+        );
+    }
+    Ok(out)
+}
+
+/// Per decode cell, its token events in time order: (arrival ns, tokens).
+fn token_timelines(run: &Run) -> Result<BTreeMap<CellKey, Vec<(i64, i64)>>> {
+    let mut out: BTreeMap<CellKey, Vec<(i64, i64)>> = BTreeMap::new();
+    let Some(chunks) = run.scan("chunks")? else {
+        return Ok(out);
+    };
+    let perr = |source| Error::Polars {
+        path: run.dir.join(tokentrace_schemas::layout::CELLS_DIR),
+        source,
+    };
+    let df = chunks
+        .filter(col("phase").eq(lit("decode")).and(col("tokens").gt(lit(0))))
+        .select([
+            col("context").cast(DataType::Int64),
+            col("concurrency").cast(DataType::Int64),
+            col("arrival_ns").cast(DataType::Int64),
+            col("tokens").cast(DataType::Int64),
+        ])
+        .collect()
+        .map_err(perr)?;
+    let column = |name: &str| -> Result<Vec<Option<i64>>> {
+        Ok(df
+            .column(name)
+            .map_err(perr)?
+            .i64()
+            .map_err(perr)?
+            .iter()
+            .collect())
+    };
+    let (context, concurrency, arrival, tokens) = (
+        column("context")?,
+        column("concurrency")?,
+        column("arrival_ns")?,
+        column("tokens")?,
+    );
+    for i in 0..df.height() {
+        if let (Some(ctx), Some(n), Some(at), Some(t)) =
+            (context[i], concurrency[i], arrival[i], tokens[i])
+            && let (Ok(ctx), Ok(n)) = (u32::try_from(ctx), u32::try_from(n))
+        {
+            out.entry(CellKey::new(Phase::Decode, ctx, n))
+                .or_default()
+                .push((at, t));
+        }
+    }
+    for v in out.values_mut() {
+        v.sort_unstable();
+    }
+    Ok(out)
+}
