@@ -1,6 +1,6 @@
 """Opens tokentrace's HTML reports in headless Chromium, offline, and checks them.
 
-usage: browser.py SHOTS_DIR PAGE.html:SCORING.json [PAGE.html:SCORING.json ...]
+usage: browser.py SHOTS_DIR PAGE.html:SCORING.json|COMPARISON.html:- ...
 
 For each page, from a file URL with every network request refused:
 - the console has no errors, and the page made no request beyond its own file;
@@ -12,7 +12,8 @@ For each page, from a file URL with every network request refused:
   screenshot of the last one is saved);
 - clicking a column of the measurements table sorts it;
 - a screenshot of the whole page is saved in SHOTS_DIR.
-Exits non-zero with what failed. Driven by Selenium with the system's chromedriver.
+A comparison page (`:-`) must show its ratio heat map: every cell both runs have, with
+a tok/s ratio, drawn. Exits non-zero with what failed. Driven by Selenium with the system's chromedriver.
 """
 
 import json
@@ -53,9 +54,10 @@ def number(text):
     return float(text) if text not in (None, "") else None
 
 
-def check(driver, page, scoring, shots):
-    problems = []
+def offline(driver, page):
+    """Opens the page; the console errors and network requests it made."""
     driver.get(page.resolve().as_uri())
+    problems = []
     errors = [e for e in driver.get_log("browser") if e.get("level") == "SEVERE"]
     if errors:
         problems.append(f"console errors: {errors}")
@@ -64,6 +66,32 @@ def check(driver, page, scoring, shots):
     )
     if requests:
         problems.append(f"network requests: {requests}")
+    return problems
+
+
+def screenshot(driver, shots, name):
+    height = driver.execute_script("return document.body.scrollHeight")
+    driver.set_window_size(1280, max(800, min(int(height) + 40, 8000)))
+    shot = shots / (name + ".png")
+    driver.save_screenshot(str(shot))
+    driver.set_window_size(1280, 1600)
+    return shot
+
+
+def check_comparison(driver, page, shots):
+    problems = offline(driver, page)
+    cells = driver.find_elements(By.CSS_SELECTOR, "table.ratio td.ratio")
+    if not cells:
+        problems.append("no ratio heat map cells")
+    for td in cells:
+        name = f'{td.get_attribute("data-context")} x {td.get_attribute("data-concurrency")}'
+        if not td.is_displayed() or "tok/s" not in td.text:
+            problems.append(f"{name}: ratio not shown ({td.text!r})")
+    return problems, screenshot(driver, shots, page.stem)
+
+
+def check(driver, page, scoring, shots):
+    problems = offline(driver, page)
 
     cells = [c for c in scoring["cells"] if c["phase"] == "decode"]
     shown = driver.find_elements(By.CSS_SELECTOR, "#matrix td.cell")
@@ -133,11 +161,7 @@ def check(driver, page, scoring, shots):
     if column != sorted(column, reverse=True) or header.get_attribute("aria-sort") != "descending":
         problems.append(f"measurements not sorted descending by concurrency: {column}")
 
-    height = driver.execute_script("return document.body.scrollHeight")
-    driver.set_window_size(1280, max(800, min(int(height) + 40, 8000)))
-    shot = shots / (page.stem + ".png")
-    driver.save_screenshot(str(shot))
-    return problems, shot
+    return problems, screenshot(driver, shots, page.stem)
 
 
 def main():
@@ -152,7 +176,10 @@ def main():
         for arg in sys.argv[2:]:
             page, scoring = arg.split(":", 1)
             page = pathlib.Path(page)
-            problems, shot = check(driver, page, json.loads(pathlib.Path(scoring).read_text()), shots)
+            if scoring == "-":
+                problems, shot = check_comparison(driver, page, shots)
+            else:
+                problems, shot = check(driver, page, json.loads(pathlib.Path(scoring).read_text()), shots)
             for p in problems:
                 print(f"browser: {page.name}: {p}", file=sys.stderr)
             failed |= bool(problems)

@@ -21,8 +21,11 @@ fn format(s: &str) -> Result<Format, String> {
 /// Arguments of `tokentrace report`.
 #[derive(Debug, clap::Args)]
 pub struct ReportArgs {
-    /// The run folder (the one holding manifest.json).
-    pub run: PathBuf,
+    /// The run folder (the one holding manifest.json); with --format html, several run
+    /// folders give one page with each run's matrix and ratio heat maps against the
+    /// first.
+    #[arg(required = true)]
+    pub runs: Vec<PathBuf>,
     /// Rule set: a TOML file, or a built-in name (default, reference, reference@0.6.2).
     #[arg(long, default_value = DEFAULT_RULES)]
     pub rules: String,
@@ -62,7 +65,7 @@ pub struct DiffArgs {
     /// Hide figure changes smaller than this relative change (0.01 = 1%).
     #[arg(long, default_value_t = 0.0)]
     pub min_change: f64,
-    /// Output format: md or json.
+    /// Output format: md, json, or html (both matrices and the ratio heat map).
     #[arg(long, value_parser = format, default_value = "md")]
     pub format: Format,
 }
@@ -113,19 +116,44 @@ fn write_out(path: Option<&Path>, text: &str) -> anyhow::Result<()> {
 /// report still lists it, with the reason).
 pub fn report(args: &ReportArgs) -> anyhow::Result<ExitCode> {
     let rules = rules(&args.rules)?;
-    let s = scored(&args.run, &rules)?;
+    if let [first, _, ..] = args.runs.as_slice() {
+        if args.format != Format::Html {
+            bail!(
+                "{}: several runs are compared on one page: add --format html",
+                first.display()
+            );
+        }
+        let mut sides = Vec::new();
+        let mut damaged = false;
+        for (i, run) in args.runs.iter().enumerate() {
+            let s = scored(run, &rules)?;
+            damaged |= report_damage(run, &s);
+            sides.push((format!("run {}", i + 1), s));
+        }
+        write_out(
+            args.out.as_deref(),
+            &tokentrace_analyzer::html::comparison(&sides),
+        )?;
+        return Ok(if damaged {
+            ExitCode::FAILURE
+        } else {
+            ExitCode::SUCCESS
+        });
+    }
+    let run_dir = args.runs.first().context("no run folder given")?;
+    let s = scored(run_dir, &rules)?;
     let text = if args.format == Format::Html {
         // The page's drill-downs draw each cell's trace, loaded from the run.
-        let run = tokentrace_analyzer::Run::open(&args.run)
-            .with_context(|| format!("cannot open {}", args.run.display()))?;
+        let run = tokentrace_analyzer::Run::open(run_dir)
+            .with_context(|| format!("cannot open {}", run_dir.display()))?;
         let traces = tokentrace_analyzer::trace::traces(&run, &rules)
-            .with_context(|| format!("cannot trace {}", args.run.display()))?;
+            .with_context(|| format!("cannot trace {}", run_dir.display()))?;
         tokentrace_analyzer::html::html_with_traces(&s, &traces)
     } else {
         render::render(&s, args.format)
     };
     write_out(args.out.as_deref(), &text)?;
-    Ok(if report_damage(&args.run, &s) {
+    Ok(if report_damage(run_dir, &s) {
         ExitCode::FAILURE
     } else {
         ExitCode::SUCCESS
@@ -183,13 +211,16 @@ fn side(path: &Path, rules_spec: &str) -> anyhow::Result<Scoring> {
 
 /// `tokentrace diff`: prints the comparison; exit 0 whether or not they differ.
 pub fn diff(args: &DiffArgs, out: &mut impl Write) -> anyhow::Result<ExitCode> {
-    if matches!(args.format, Format::Csv | Format::Html) {
-        bail!("diff prints md or json");
+    if args.format == Format::Csv {
+        bail!("diff prints md, json or html");
     }
     let a = side(&args.a, &args.rules)?;
     let b = side(&args.b, args.rules_b.as_deref().unwrap_or(&args.rules))?;
     let d = diff::diff(&a, &b, args.min_change);
     let text = match args.format {
+        Format::Html => {
+            tokentrace_analyzer::html::comparison(&[("A".to_string(), a), ("B".to_string(), b)])
+        }
         Format::Json => {
             let mut t = serde_json::to_string_pretty(&d).context("cannot encode the diff")?;
             t.push('\n');

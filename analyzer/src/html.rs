@@ -430,10 +430,38 @@ fn prefill_section(o: &mut String, s: &Scoring) {
 }
 
 fn decode_section(o: &mut String, s: &Scoring) {
-    let (contexts, levels) = matrix_axes(s);
+    let (contexts, _) = matrix_axes(s);
     if contexts.is_empty() {
         return;
     }
+    let _ = writeln!(
+        o,
+        "<h2>Sustained decode</h2>\n<p>total tok/s · rows are context length, columns are \
+         simultaneous requests · colour: share of the matrix's best total tok/s · click a \
+         cell for its drill-down</p>"
+    );
+    heat_table(o, s, Some("matrix"));
+    for line in matrix_footer(s) {
+        let _ = writeln!(o, "<p class=\"legend\">{}</p>", escape(&line));
+    }
+    let _ = writeln!(
+        o,
+        "<section id=\"drill\" hidden>\n<h2 id=\"drill-title\"></h2>\n<ul id=\"drill-notes\"></ul>\n\
+         <pre id=\"drill-excerpt\" hidden></pre>\n<div class=\"charts drill\"><div id=\"drill-tokens\"></div>\
+         <div id=\"drill-gaps\"></div><div id=\"drill-gauges\"></div></div>\n</section>"
+    );
+    let _ = writeln!(
+        o,
+        "<h2>Across the matrix</h2>\n<p>One line per context; looped and error cells are gaps. \
+         Drag to zoom, double-click to reset.</p>\n<div class=\"charts\"><div id=\"chart-total\"></div>\
+         <div id=\"chart-per-request\"></div><div id=\"chart-ttft\"></div></div>"
+    );
+}
+
+/// The decode matrix as a heat map; `id` names the page's main matrix, whose cells open
+/// drill-downs.
+fn heat_table(o: &mut String, s: &Scoring, id: Option<&str>) {
+    let (contexts, levels) = matrix_axes(s);
     let best = s
         .cells
         .iter()
@@ -442,11 +470,14 @@ fn decode_section(o: &mut String, s: &Scoring) {
         .fold(0.0f64, f64::max);
     let _ = writeln!(
         o,
-        "<h2>Sustained decode</h2>\n<p>total tok/s · rows are context length, columns are \
-         simultaneous requests · colour: share of the matrix's best total tok/s · click a \
-         cell for its drill-down</p>\n\
-         <table class=\"heat\" id=\"matrix\">\n<thead><tr><th>Context</th>"
+        "<table class=\"heat\"{}>\n<thead><tr><th>Context</th>",
+        id.map(|id| format!(" id=\"{id}\"")).unwrap_or_default()
     );
+    let interactive = if id.is_some() {
+        " tabindex=\"0\" role=\"button\""
+    } else {
+        ""
+    };
     for n in &levels {
         let _ = write!(o, "<th>{n}</th>");
     }
@@ -481,7 +512,7 @@ fn decode_section(o: &mut String, s: &Scoring) {
             };
             let _ = write!(
                 o,
-                "<td class=\"cell{}\" tabindex=\"0\" role=\"button\" data-phase=\"decode\" data-context=\"{ctx}\" \
+                "<td class=\"cell{}\"{interactive} data-phase=\"decode\" data-context=\"{ctx}\" \
                  data-concurrency=\"{n}\" data-verdict=\"{}\" data-total-tok-s=\"{}\" \
                  data-ttft-ms=\"{}\" title=\"{}\"{style}>",
                 if flagged.is_some() { " flagged" } else { "" },
@@ -513,21 +544,168 @@ fn decode_section(o: &mut String, s: &Scoring) {
         let _ = writeln!(o, "</tr>");
     }
     let _ = writeln!(o, "</tbody>\n</table>");
-    for line in matrix_footer(s) {
-        let _ = writeln!(o, "<p class=\"legend\">{}</p>", escape(&line));
+}
+
+/// The colour of a ratio `r` (B / A): red below 1, green above, white at 1, saturating
+/// at ½ and 2; `higher_is_better` flips the sense (TTFT is better lower).
+fn ratio_colour(r: f64, higher_is_better: bool) -> String {
+    let x = (r.log2().clamp(-1.0, 1.0)) * if higher_is_better { 1.0 } else { -1.0 };
+    let (toward, t) = if x >= 0.0 {
+        ([0x16, 0xa3, 0x4a], x)
+    } else {
+        ([0xdc, 0x26, 0x26], -x)
+    };
+    let mix = |i: usize| (255.0 + 0.55 * t * (f64::from(toward[i]) - 255.0)).round() as u8;
+    format!("#{:02x}{:02x}{:02x}", mix(0), mix(1), mix(2))
+}
+
+/// Several scorings side by side: each run's matrix, then for every run after the
+/// first a ratio heat map against the first (total tok/s and median TTFT, B / A, per
+/// cell) and the cells whose verdict changed. For two engine versions, two GPUs, or one
+/// run under two rule sets.
+pub fn comparison(sides: &[(String, Scoring)]) -> String {
+    let mut o = String::new();
+    let _ = write!(
+        o,
+        "<!doctype html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n\
+         <meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n\
+         <title>Speed test comparison</title>\n<style>{STYLE}</style>\n</head>\n<body>\n\
+         <h1>Speed test comparison</h1>\n<ol>\n"
+    );
+    for (label, s) in sides {
+        let h = header(s);
+        let _ = writeln!(
+            o,
+            "<li><strong>{}</strong>: {} on {} · {} · run {} · rules {}</li>",
+            escape(label),
+            escape(&h.model),
+            escape(&h.hardware),
+            escape(&h.subtitle.join(" · ")),
+            escape(&s.run.run_id),
+            escape(&s.rules.id())
+        );
+    }
+    let _ = writeln!(o, "</ol>");
+    let Some((base_label, base)) = sides.first() else {
+        let _ = writeln!(o, "</body>\n</html>");
+        return o;
+    };
+    for (label, s) in sides.iter().skip(1) {
+        let _ = writeln!(
+            o,
+            "<h2>{} / {}</h2>\n<p>Per cell: total tok/s and median TTFT of {} divided by {}'s. \
+             Green is better (more tok/s, less TTFT), red worse; saturated at ×2 and ×½. \
+             A changed verdict is written in the cell and hatched.</p>",
+            escape(label),
+            escape(base_label),
+            escape(label),
+            escape(base_label)
+        );
+        let (mut contexts, mut levels) = matrix_axes(base);
+        let (c2, l2) = matrix_axes(s);
+        contexts.extend(c2);
+        levels.extend(l2);
+        contexts.sort_unstable();
+        contexts.dedup();
+        levels.sort_unstable();
+        levels.dedup();
+        let _ = write!(
+            o,
+            "<table class=\"heat ratio\">\n<thead><tr><th>Context</th>"
+        );
+        for n in &levels {
+            let _ = write!(o, "<th>{n}</th>");
+        }
+        let _ = writeln!(o, "</tr></thead>\n<tbody>");
+        for ctx in &contexts {
+            let _ = write!(
+                o,
+                "<tr><th scope=\"row\">{}</th>",
+                escape(&context_label(*ctx))
+            );
+            for n in &levels {
+                let (a, b) = (decode_cell(base, *ctx, *n), decode_cell(s, *ctx, *n));
+                let (Some(a), Some(b)) = (a, b) else {
+                    let _ = write!(
+                        o,
+                        "<td>only in {}</td>",
+                        escape(if a.is_some() { base_label } else { label })
+                    );
+                    continue;
+                };
+                let pick = |c: &CellScore, f: fn(&crate::contract::Figures) -> Option<f64>| {
+                    shown(c).and_then(f).filter(|v| v.is_finite() && *v > 0.0)
+                };
+                let rate = pick(b, |f| f.total_tok_s)
+                    .zip(pick(a, |f| f.total_tok_s))
+                    .map(|(y, x)| y / x);
+                let ttft = pick(b, |f| f.ttft_ms.median)
+                    .zip(pick(a, |f| f.ttft_ms.median))
+                    .map(|(y, x)| y / x);
+                let changed = a.status_label() != b.status_label();
+                let style = rate
+                    .map(|r| format!(" style=\"background-color:{}\"", ratio_colour(r, true)))
+                    .unwrap_or_default();
+                let _ = write!(
+                    o,
+                    "<td class=\"ratio{}\" data-context=\"{ctx}\" data-concurrency=\"{n}\" \
+                     data-ratio-tok-s=\"{}\" data-ratio-ttft=\"{}\"{style}>\
+                     <span class=\"rate\">{}</span><span class=\"ttft\">{}</span>",
+                    if changed { " flagged" } else { "" },
+                    data_number(rate),
+                    data_number(ttft),
+                    rate.map_or("—".to_string(), |r| format!("×{r:.2} tok/s")),
+                    ttft.map_or("—".to_string(), |r| format!("×{r:.2} TTFT")),
+                );
+                if changed {
+                    let _ = write!(
+                        o,
+                        "<span class=\"badge\">{} → {}</span>",
+                        escape(&a.status_label()),
+                        escape(&b.status_label())
+                    );
+                }
+                let _ = write!(o, "</td>");
+            }
+            let _ = writeln!(o, "</tr>");
+        }
+        let _ = writeln!(o, "</tbody>\n</table>");
+        let d = crate::diff::diff(base, s, 0.0);
+        if d.verdicts_changed.is_empty() {
+            let _ = writeln!(o, "<p>No verdict changed.</p>");
+        } else {
+            let _ = writeln!(o, "<p>Verdicts changed:</p>\n<ul>");
+            for c in &d.verdicts_changed {
+                let _ = writeln!(
+                    o,
+                    "<li>{} {} × {}: {} → {}</li>",
+                    c.cell.phase,
+                    escape(&context_label(c.cell.context)),
+                    c.cell.concurrency,
+                    escape(&c.status_a),
+                    escape(&c.status_b)
+                );
+            }
+            let _ = writeln!(o, "</ul>");
+        }
+    }
+    for (label, s) in sides {
+        let _ = writeln!(o, "<h2>{}: sustained decode</h2>", escape(label));
+        heat_table(&mut o, s, None);
+        for line in matrix_footer(s) {
+            let _ = writeln!(o, "<p class=\"legend\">{}</p>", escape(&line));
+        }
     }
     let _ = writeln!(
         o,
-        "<section id=\"drill\" hidden>\n<h2 id=\"drill-title\"></h2>\n<ul id=\"drill-notes\"></ul>\n\
-         <pre id=\"drill-excerpt\" hidden></pre>\n<div class=\"charts drill\"><div id=\"drill-tokens\"></div>\
-         <div id=\"drill-gaps\"></div><div id=\"drill-gauges\"></div></div>\n</section>"
+        "<footer>{}</footer>\n</body>\n</html>",
+        sides
+            .iter()
+            .map(|(label, s)| format!("{}: {}", escape(label), escape(&scored_by(s))))
+            .collect::<Vec<_>>()
+            .join("<br>")
     );
-    let _ = writeln!(
-        o,
-        "<h2>Across the matrix</h2>\n<p>One line per context; looped and error cells are gaps. \
-         Drag to zoom, double-click to reset.</p>\n<div class=\"charts\"><div id=\"chart-total\"></div>\
-         <div id=\"chart-per-request\"></div><div id=\"chart-ttft\"></div></div>"
-    );
+    o
 }
 
 #[cfg(test)]
@@ -547,5 +725,25 @@ mod tests {
         assert_eq!(heat(0.0), ("#eff6ff".to_string(), "#111827"));
         assert_eq!(heat(1.0), ("#1e3a8a".to_string(), "#ffffff"));
         assert_eq!(heat(7.0), heat(1.0), "clamped");
+    }
+
+    #[test]
+    fn ratios_are_green_when_better_and_red_when_worse() {
+        assert_eq!(ratio_colour(1.0, true), "#ffffff");
+        assert_eq!(
+            ratio_colour(2.0, true),
+            ratio_colour(0.5, false),
+            "TTFT halves: better"
+        );
+        assert_eq!(
+            ratio_colour(4.0, true),
+            ratio_colour(2.0, true),
+            "saturated"
+        );
+        // Checked by eye: a mid green and a mid red.
+        assert_eq!(
+            (ratio_colour(2.0, true), ratio_colour(0.5, true)),
+            ("#7fcc9b".to_string(), "#ec8888".to_string())
+        );
     }
 }

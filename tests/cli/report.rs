@@ -272,6 +272,75 @@ fn the_html_page_has_a_trace_for_every_decode_cell() {
     }
 }
 
+/// Two runs on one page: the ratio heat map holds, for every cell both runs have, the
+/// second run's total tok/s and TTFT over the first's; without --format html, several
+/// runs are refused.
+#[test]
+fn two_runs_side_by_side_show_their_ratios() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let (a, b) = (
+        fixtures().join("sim-completions"),
+        fixtures().join("sim-chat"),
+    );
+    let page = tmp.path().join("compare.html");
+    let cli = Cli::parse_from([
+        "tokentrace",
+        "report",
+        a.to_str().expect("utf-8"),
+        b.to_str().expect("utf-8"),
+        "--format",
+        "html",
+        "--out",
+        page.to_str().expect("utf-8"),
+    ]);
+    assert_eq!(run_ok(cli), std::process::ExitCode::SUCCESS);
+    let html = std::fs::read_to_string(&page).expect("page");
+    let scoring = |dir: &Path| {
+        let out = tmp.path().join("s.json");
+        report_to(dir, "default", "json", &out);
+        serde_json::from_slice::<serde_json::Value>(&std::fs::read(&out).expect("json"))
+            .expect("json")
+    };
+    let (sa, sb) = (scoring(&a), scoring(&b));
+    let figure = |s: &serde_json::Value,
+                  ctx: &str,
+                  n: &str,
+                  pick: &dyn Fn(&serde_json::Value) -> Option<f64>| {
+        s["cells"].as_array().expect("cells").iter().find_map(|c| {
+            let key = |k: &str| c[k].as_u64().map(|v| v.to_string());
+            (c["phase"] == "decode"
+                && key("context").as_deref() == Some(ctx)
+                && key("concurrency").as_deref() == Some(n))
+            .then(|| pick(&c["figures"]))
+            .flatten()
+        })
+    };
+    let cells = attributes(&html, "<td class=\"ratio");
+    assert_eq!(cells.len(), 2, "256 × 8 and 1K × 8 are in both runs");
+    for m in &cells {
+        let (ctx, n) = (m["context"].as_str(), m["concurrency"].as_str());
+        let rate = |s: &serde_json::Value| figure(s, ctx, n, &|f| f["total_tok_s"].as_f64());
+        let ttft = |s: &serde_json::Value| figure(s, ctx, n, &|f| f["ttft_ms"]["median"].as_f64());
+        let want = rate(&sb).zip(rate(&sa)).map(|(y, x)| y / x);
+        assert!(
+            same(m["ratio-tok-s"].parse().ok(), want),
+            "{ctx} × {n}: {m:?} vs {want:?}"
+        );
+        let want = ttft(&sb).zip(ttft(&sa)).map(|(y, x)| y / x);
+        assert!(
+            same(m["ratio-ttft"].parse().ok(), want),
+            "{ctx} × {n}: {m:?} vs {want:?}"
+        );
+    }
+    let (code, _, err) = tokentrace(&[
+        "report",
+        a.to_str().expect("utf-8"),
+        b.to_str().expect("utf-8"),
+    ]);
+    assert_eq!(code, 1);
+    assert!(err.contains("add --format html"), "{err}");
+}
+
 /// `tokentrace diff ARGS --format json`, parsed.
 fn diff_json(args: &[&str]) -> serde_json::Value {
     let mut all = vec!["tokentrace", "diff"];
