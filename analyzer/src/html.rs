@@ -119,7 +119,7 @@ var series=[{label:xlabel}].concat(lines.map(function(l,i){return{label:l.label,
 dash:dashes[(i+Math.floor(i/pal.length))%dashes.length],width:2,points:{show:true,size:6}}}));\
 var opts={title:title,width:Math.max(320,Math.min(box.clientWidth||600,640)),height:280,\
 scales:{x:{time:false,distr:xlog?3:1,log:2},y:{distr:ylog?3:1,log:10}},\
-axes:[{label:xlabel,values:function(u,vs){return vs.map(function(v){return v>=1024&&v%1024===0?(v/1024)+'K':String(v)})}},{label:ylabel,size:64}],series:series};\
+axes:[{label:xlabel,values:function(u,vs){return vs.map(function(v){return v==null?'':v>=1024&&v%1024===0?(v/1024)+'K':String(v)})}},{label:ylabel,size:64}],series:series};\
 new uPlot(opts,[xs].concat(lines.map(function(l){return l.values})),box);}\
 var m=d.matrix;\
 if(m){draw('chart-total','Total tok/s',m.levels,m.total,true,false,'requests at once','tok/s');\
