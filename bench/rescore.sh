@@ -18,6 +18,9 @@ measure() {
 }
 measure "report (default)" "$bin/tokentrace" report "$run"
 measure "report --format json" "$bin/tokentrace" report "$run" --format json
+measure "report --format html" "$bin/tokentrace" report "$run" --format html
+"$bin/tokentrace" report "$run" --format html --out "$run/../page.html"
+echo "html page: $(wc -c < "$run/../page.html") bytes"
 measure "rescore --rules reference" "$bin/tokentrace" rescore "$run" --rules reference
 measure "rescore --rules default" "$bin/tokentrace" rescore "$run" --rules default
 ls -l "$run/results"
