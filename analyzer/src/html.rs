@@ -458,6 +458,24 @@ fn decode_section(o: &mut String, s: &Scoring) {
     );
 }
 
+/// A matrix table's column heads (after the table's opening and its "Context" head),
+/// up to its body.
+fn matrix_head(o: &mut String, levels: &[u32]) {
+    for n in levels {
+        let _ = write!(o, "<th>{n}</th>");
+    }
+    let _ = writeln!(o, "</tr></thead>\n<tbody>");
+}
+
+/// A matrix row's opening and its context head.
+fn row_head(o: &mut String, context: u32) {
+    let _ = write!(
+        o,
+        "<tr><th scope=\"row\">{}</th>",
+        escape(&context_label(context))
+    );
+}
+
 /// The decode matrix as a heat map; `id` names the page's main matrix, whose cells open
 /// drill-downs.
 fn heat_table(o: &mut String, s: &Scoring, id: Option<&str>) {
@@ -478,16 +496,9 @@ fn heat_table(o: &mut String, s: &Scoring, id: Option<&str>) {
     } else {
         ""
     };
-    for n in &levels {
-        let _ = write!(o, "<th>{n}</th>");
-    }
-    let _ = writeln!(o, "</tr></thead>\n<tbody>");
+    matrix_head(o, &levels);
     for ctx in &contexts {
-        let _ = write!(
-            o,
-            "<tr><th scope=\"row\">{}</th>",
-            escape(&context_label(*ctx))
-        );
+        row_head(o, *ctx);
         for n in &levels {
             let cell = decode_cell(s, *ctx, *n);
             let text = matrix_text(cell);
@@ -613,16 +624,9 @@ pub fn comparison(sides: &[(String, Scoring)]) -> String {
             o,
             "<table class=\"heat ratio\">\n<thead><tr><th>Context</th>"
         );
-        for n in &levels {
-            let _ = write!(o, "<th>{n}</th>");
-        }
-        let _ = writeln!(o, "</tr></thead>\n<tbody>");
+        matrix_head(&mut o, &levels);
         for ctx in &contexts {
-            let _ = write!(
-                o,
-                "<tr><th scope=\"row\">{}</th>",
-                escape(&context_label(*ctx))
-            );
+            row_head(&mut o, *ctx);
             for n in &levels {
                 let (a, b) = (decode_cell(base, *ctx, *n), decode_cell(s, *ctx, *n));
                 let (Some(a), Some(b)) = (a, b) else {

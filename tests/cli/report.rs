@@ -116,6 +116,16 @@ fn same(a: Option<f64>, b: Option<f64>) -> bool {
     }
 }
 
+/// A run's HTML page and JSON scoring under `default`, rendered through the CLI.
+fn page_and_scoring(run_dir: &Path, tmp: &Path) -> (String, serde_json::Value) {
+    let (page, scoring) = (tmp.join("page.html"), tmp.join("s.json"));
+    report_to(run_dir, "default", "html", &page);
+    report_to(run_dir, "default", "json", &scoring);
+    let html = std::fs::read_to_string(&page).expect("page");
+    let json = serde_json::from_slice(&std::fs::read(&scoring).expect("json")).expect("json");
+    (html, json)
+}
+
 /// Every figure in the HTML page's matrix and measurements table is the JSON scoring's,
 /// to full precision.
 #[test]
@@ -123,12 +133,7 @@ fn the_html_pages_figures_are_the_json_scorings() {
     let tmp = tempfile::tempdir().expect("tempdir");
     for name in RUNS {
         let run_dir = fixtures().join(name);
-        let (page, scoring) = (tmp.path().join("page.html"), tmp.path().join("s.json"));
-        report_to(&run_dir, "default", "html", &page);
-        report_to(&run_dir, "default", "json", &scoring);
-        let html = std::fs::read_to_string(&page).expect("page");
-        let json: serde_json::Value =
-            serde_json::from_slice(&std::fs::read(&scoring).expect("json")).expect("json");
+        let (html, json) = page_and_scoring(&run_dir, tmp.path());
         let cells = json["cells"].as_array().expect("cells");
         let decode: Vec<&serde_json::Value> =
             cells.iter().filter(|c| c["phase"] == "decode").collect();
@@ -204,12 +209,7 @@ fn the_html_page_has_a_trace_for_every_decode_cell() {
     let tmp = tempfile::tempdir().expect("tempdir");
     for name in RUNS {
         let run_dir = fixtures().join(name);
-        let (page, scoring) = (tmp.path().join("page.html"), tmp.path().join("s.json"));
-        report_to(&run_dir, "default", "html", &page);
-        report_to(&run_dir, "default", "json", &scoring);
-        let html = std::fs::read_to_string(&page).expect("page");
-        let json: serde_json::Value =
-            serde_json::from_slice(&std::fs::read(&scoring).expect("json")).expect("json");
+        let (html, json) = page_and_scoring(&run_dir, tmp.path());
         let start = html.find("id=\"cell-data\">").expect("cell data") + 15;
         let end = start + html[start..].find("</script>").expect("end");
         let data: serde_json::Value = serde_json::from_str(&html[start..end]).expect("data");
