@@ -141,16 +141,20 @@ pub fn report(args: &ReportArgs) -> anyhow::Result<ExitCode> {
         });
     }
     let run_dir = args.runs.first().context("no run folder given")?;
-    let s = scored(run_dir, &rules)?;
-    let text = if args.format == Format::Html {
-        // The page's drill-downs draw each cell's trace, loaded from the run.
+    let (s, text) = if args.format == Format::Html {
+        // The page's drill-downs draw each cell's trace from the load the scoring used.
         let run = tokentrace_analyzer::Run::open(run_dir)
-            .with_context(|| format!("cannot open {}", run_dir.display()))?;
-        let traces = tokentrace_analyzer::trace::traces(&run, &rules)
+            .with_context(|| format!("cannot score {}", run_dir.display()))?;
+        let (s, loaded) = tokentrace_analyzer::score::score_loaded(&run, &rules)
+            .with_context(|| format!("cannot score {}", run_dir.display()))?;
+        let traces = tokentrace_analyzer::trace::traces_of(&run, &s.metrics, &loaded)
             .with_context(|| format!("cannot trace {}", run_dir.display()))?;
-        tokentrace_analyzer::html::html_with_traces(&s, &traces)
+        let text = tokentrace_analyzer::html::html_with_traces(&s, &traces);
+        (s, text)
     } else {
-        render::render(&s, args.format)
+        let s = scored(run_dir, &rules)?;
+        let text = render::render(&s, args.format);
+        (s, text)
     };
     write_out(args.out.as_deref(), &text)?;
     Ok(if report_damage(run_dir, &s) {

@@ -61,15 +61,17 @@ fn seconds(ns: i64, open: i64) -> f64 {
 
 /// Every decode cell's trace, for the cells with a window.
 pub fn traces(run: &Run, rules: &RuleSet) -> Result<BTreeMap<CellKey, CellTrace>> {
-    let preset = rules
-        .metrics
-        .preset(run.manifest.engine.name.as_deref())
-        .map_err(|message| Error::Rules {
-            path: rules.name.clone().into(),
-            message,
-        })?;
-    let series = preset.series();
-    let loaded = load::load(run, &series)?;
+    let (scoring, loaded) = crate::score::score_loaded(run, rules)?;
+    traces_of(run, &scoring.metrics, &loaded)
+}
+
+/// Every decode cell's trace, from a run already loaded for scoring (`score_loaded`)
+/// with the metric preset its scoring used.
+pub fn traces_of(
+    run: &Run,
+    preset: &crate::presets::Preset,
+    loaded: &load::Loaded,
+) -> Result<BTreeMap<CellKey, CellTrace>> {
     let timelines = token_timelines(run)?;
     let mut out = BTreeMap::new();
     for (key, &(open, close)) in &loaded.windows {

@@ -33,6 +33,12 @@ pub fn score_dir(dir: &Path, rules: &RuleSet) -> Result<Scoring> {
 
 /// Scores an opened run under `rules`.
 pub fn score(run: &Run, rules: &RuleSet) -> Result<Scoring> {
+    score_loaded(run, rules).map(|(s, _)| s)
+}
+
+/// Scores an opened run under `rules`, and hands back what was loaded for it (the HTML
+/// page's drill-down traces are drawn from the same load).
+pub fn score_loaded(run: &Run, rules: &RuleSet) -> Result<(Scoring, load::Loaded)> {
     let m = &run.manifest;
     let preset = rules
         .metrics
@@ -97,7 +103,7 @@ pub fn score(run: &Run, rules: &RuleSet) -> Result<Scoring> {
             }
         }
     }
-    Ok(Scoring {
+    let scoring = Scoring {
         format: FORMAT.to_string(),
         format_version: FORMAT_VERSION,
         scored_by: format!("tokentrace {}", tokentrace_schemas::TOOL_VERSION),
@@ -123,7 +129,8 @@ pub fn score(run: &Run, rules: &RuleSet) -> Result<Scoring> {
             prefill_mode: prefill_mode.as_str().to_string(),
         },
         cells: cells.into_values().collect(),
-    })
+    };
+    Ok((scoring, loaded))
 }
 
 /// A cell in `state` (the scorers fill in verdict and figures of `complete` ones).
