@@ -192,6 +192,8 @@ reqs.forEach(function(r){[['sent','#6b7280',6],['first_token','#009E73',12],['en
 var v=r[m[0]];if(v===null||v===undefined)return;var x=u.valToPos(v,'x',true);\
 if(x<u.bbox.left||x>u.bbox.left+u.bbox.width)return;c.strokeStyle=m[1];c.beginPath();c.moveTo(x,y);\
 c.lineTo(x,y-m[2]*(window.devicePixelRatio||1));c.stroke();});});c.restore();}}\
+function rings(marks){return function(u){var c=u.ctx,r=7*(window.devicePixelRatio||1);c.save();c.strokeStyle='#dc2626';c.lineWidth=2;\
+(marks||[]).forEach(function(m){var x=u.valToPos(m[0],'x',true),y=u.valToPos(m[1],'y',true);c.beginPath();c.arc(x,y,r,0,2*Math.PI);c.stroke();});c.restore();}}\
 function add(id,opts,data){var box=document.getElementById(id);box.innerHTML='';opts.width=width(box);opts.height=260;\
 charts.push(new uPlot(opts,data,box));}\
 function open(td){var key=td.getAttribute('data-context')+'/'+td.getAttribute('data-concurrency'),d=cells[key];if(!d)return;\
@@ -211,15 +213,37 @@ axes:[{label:'ms (bin from)',values:function(u,vs){return vs.map(function(i){ret
 series:[{label:'bin'},{label:'gaps',stroke:'#E69F00',fill:'rgba(230,159,0,0.5)',paths:uPlot.paths.bars({size:[0.8]}),points:{show:false}}]},\
 [edges.map(function(e,i){return i}),t.gap_counts]);\
 if(t.gauge_times.length){var pal=['#0072B2','#D55E00','#009E73','#CC79A7','#56B4E9','#E69F00'];\
-add('drill-gauges',{title:'Server gauges (every scrape marked; window shaded)',scales:{x:{time:false}},\
+add('drill-gauges',{title:d.queued_marks.length?'Server gauges (red: the scrapes that show the queue)':'Server gauges (every scrape marked; window shaded)',scales:{x:{time:false}},\
 axes:[{label:'s from window open'},{label:'value',size:64}],\
 series:[{label:'s'}].concat(t.gauges.map(function(g,i){return{label:g[0],stroke:pal[i%pal.length],width:2,points:{show:true,size:7}}})),\
-hooks:{drawClear:[shade(0,t.window_s)]}},[t.gauge_times].concat(t.gauges.map(function(g){return g[1]})));}\
+hooks:{drawClear:[shade(0,t.window_s)],draw:[rings(d.queued_marks)]}},[t.gauge_times].concat(t.gauges.map(function(g){return g[1]})));}\
 else{document.getElementById('drill-gauges').textContent='No server gauges were scraped in this cell.';}}\
 sec.scrollIntoView();}\
 document.querySelectorAll('#matrix td.cell').forEach(function(td){td.addEventListener('click',function(){open(td)});\
 td.addEventListener('keydown',function(e){if(e.key==='Enter'||e.key===' '){e.preventDefault();open(td)}})});\
 })();";
+
+/// For a queued cell, the scrapes inside the window that show the queue: the waiting
+/// gauge above 0, or the running gauge below the cell's concurrency. Each is (time,
+/// value, index of the gauge in the trace).
+fn queued_marks(s: &Scoring, c: &CellScore, trace: Option<&CellTrace>) -> Vec<(f64, f64, usize)> {
+    let Some(t) = trace.filter(|_| c.verdict == Some(Verdict::RequestsQueued)) else {
+        return Vec::new();
+    };
+    let n = f64::from(c.concurrency);
+    let mut out = Vec::new();
+    for (g, (name, values)) in t.gauges.iter().enumerate() {
+        let waiting = s.metrics.waiting.as_deref() == Some(name.as_str());
+        let running = s.metrics.running.as_deref() == Some(name.as_str());
+        for (at, v) in t.gauge_times.iter().zip(values) {
+            let Some(v) = v else { continue };
+            if (0.0..=t.window_s).contains(at) && (waiting && *v > 0.0 || running && *v < n) {
+                out.push((*at, *v, g));
+            }
+        }
+    }
+    out
+}
 
 /// Each decode cell's drill-down data: its title, notes, loop excerpt and trace.
 fn cell_data(s: &Scoring, traces: &BTreeMap<CellKey, CellTrace>) -> String {
@@ -229,9 +253,11 @@ fn cell_data(s: &Scoring, traces: &BTreeMap<CellKey, CellTrace>) -> String {
             crate::contract::Evidence::Loop(l) => Some(l),
             _ => None,
         });
+        let trace = traces.get(&c.key());
         cells.insert(
             format!("{}/{}", c.context, c.concurrency),
             serde_json::json!({
+                "queued_marks": queued_marks(s, c, trace),
                 "title": format!(
                     "Decode {} × {}: {}",
                     context_label(c.context),
@@ -244,7 +270,7 @@ fn cell_data(s: &Scoring, traces: &BTreeMap<CellKey, CellTrace>) -> String {
                     "cycle_chars": l.cycle_chars,
                     "cycles": l.cycles,
                 })),
-                "trace": traces.get(&c.key()),
+                "trace": trace,
             }),
         );
     }

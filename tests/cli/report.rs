@@ -268,6 +268,15 @@ fn the_html_page_has_a_trace_for_every_decode_cell() {
                 Some(streams),
                 "{name} {key}: one set of marks per request"
             );
+            // A queued cell marks the scrapes that show its queue; others mark none.
+            let marks = data["cells"][&key]["queued_marks"]
+                .as_array()
+                .map_or(0, Vec::len);
+            assert_eq!(
+                marks > 0,
+                c["verdict"] == "requests_queued",
+                "{name} {key}: {marks} queued marks"
+            );
         }
     }
 }
