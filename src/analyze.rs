@@ -147,7 +147,7 @@ pub fn report(args: &ReportArgs) -> anyhow::Result<ExitCode> {
             .with_context(|| format!("cannot score {}", run_dir.display()))?;
         let (s, loaded) = tokentrace_analyzer::score::score_loaded(&run, &rules)
             .with_context(|| format!("cannot score {}", run_dir.display()))?;
-        let traces = tokentrace_analyzer::trace::traces_of(&run, &s.metrics, &loaded)
+        let traces = tokentrace_analyzer::trace::traces_of(&run, &s, &loaded)
             .with_context(|| format!("cannot trace {}", run_dir.display()))?;
         let text = tokentrace_analyzer::html::html_with_traces(&s, &traces);
         (s, text)

@@ -201,8 +201,10 @@ charts.forEach(function(c){c.destroy()});charts=[];sec.hidden=false;\
 document.getElementById('drill-title').textContent=d.title;\
 var ul=document.getElementById('drill-notes');ul.innerHTML='';d.notes.forEach(function(n){var li=document.createElement('li');li.textContent=n;ul.appendChild(li)});\
 var pre=document.getElementById('drill-excerpt');pre.innerHTML='';pre.hidden=!d.loop;\
-if(d.loop){var m=document.createElement('mark');m.textContent=d.loop.excerpt;pre.appendChild(m);\
-pre.appendChild(document.createTextNode(' \\u2190 the cycle ('+d.loop.cycle_chars+' characters), repeated '+d.loop.cycles+' times'));}\
+if(d.loop){var lt=d.trace&&d.trace.loop_text,m=document.createElement('mark');\
+if(lt){pre.appendChild(document.createTextNode('\\u2026'+lt[0]));m.textContent=lt[1];pre.appendChild(m);pre.appendChild(document.createTextNode(lt[2]+'\\u2026'));}\
+else{m.textContent=d.loop.excerpt;pre.appendChild(m);}\
+var cap=document.createElement('div');cap.textContent='Marked: the cycle ('+d.loop.cycle_chars+' characters), repeated '+d.loop.cycles+' times.';pre.appendChild(cap);}\
 var t=d.trace;if(t){\
 add('drill-tokens',{title:'Output tokens over time (window shaded)',scales:{x:{time:false}},\
 axes:[{label:'s from window open'},{label:'tokens',size:64}],\

@@ -53,6 +53,43 @@ pub struct CellTrace {
     /// scrape lacked it), by metric name.
     pub gauge_times: Vec<f64>,
     pub gauges: Vec<(String, Vec<Option<f64>>)>,
+    /// For a looped cell, the first loop's text: up to [`LOOP_CONTEXT`] characters
+    /// before the cycle, the cycle (up to [`LOOP_CYCLE_SHOWN`] characters), and up to
+    /// [`LOOP_CONTEXT`] characters after it.
+    pub loop_text: Option<(String, String, String)>,
+}
+
+/// Characters of a loop's text shown before and after its cycle.
+pub const LOOP_CONTEXT: usize = 160;
+/// Characters of a loop's cycle shown.
+pub const LOOP_CYCLE_SHOWN: usize = 600;
+
+/// The text around a loop: before, cycle, after (see [`CellTrace::loop_text`]).
+fn loop_text(
+    loaded: &load::Loaded,
+    l: &crate::contract::LoopEvidence,
+) -> Option<(String, String, String)> {
+    let (content, reasoning) = loaded.text.get(&l.request_id)?;
+    let text = match l.channel {
+        crate::rules::Channel::Content => content,
+        crate::rules::Channel::Reasoning => reasoning,
+    };
+    let chars: Vec<char> = text.chars().collect();
+    let start = l.start_char.min(chars.len());
+    let from = start.saturating_sub(LOOP_CONTEXT);
+    let cycle_end = (start + l.cycle_chars.min(LOOP_CYCLE_SHOWN)).min(chars.len());
+    let after_end = (cycle_end + LOOP_CONTEXT).min(chars.len());
+    let piece = |a: usize, b: usize| {
+        chars
+            .get(a..b)
+            .map(|c| c.iter().collect::<String>())
+            .unwrap_or_default()
+    };
+    Some((
+        piece(from, start),
+        piece(start, cycle_end),
+        piece(cycle_end, after_end),
+    ))
 }
 
 fn seconds(ns: i64, open: i64) -> f64 {
@@ -62,16 +99,17 @@ fn seconds(ns: i64, open: i64) -> f64 {
 /// Every decode cell's trace, for the cells with a window.
 pub fn traces(run: &Run, rules: &RuleSet) -> Result<BTreeMap<CellKey, CellTrace>> {
     let (scoring, loaded) = crate::score::score_loaded(run, rules)?;
-    traces_of(run, &scoring.metrics, &loaded)
+    traces_of(run, &scoring, &loaded)
 }
 
-/// Every decode cell's trace, from a run already loaded for scoring (`score_loaded`)
-/// with the metric preset its scoring used.
+/// Every decode cell's trace, from a run already loaded for its `scoring`
+/// (`score_loaded`).
 pub fn traces_of(
     run: &Run,
-    preset: &crate::presets::Preset,
+    scoring: &crate::contract::Scoring,
     loaded: &load::Loaded,
 ) -> Result<BTreeMap<CellKey, CellTrace>> {
+    let preset = &scoring.metrics;
     let timelines = token_timelines(run)?;
     let mut out = BTreeMap::new();
     for (key, &(open, close)) in &loaded.windows {
@@ -162,6 +200,17 @@ pub fn traces_of(
                 gap_counts,
                 gauge_times: at.iter().map(|t| seconds(*t, open)).collect(),
                 gauges,
+                loop_text: scoring
+                    .cells
+                    .iter()
+                    .find(|c| c.key() == *key)
+                    .and_then(|c| {
+                        c.evidence.iter().find_map(|e| match e {
+                            crate::contract::Evidence::Loop(l) => Some(l),
+                            _ => None,
+                        })
+                    })
+                    .and_then(|l| loop_text(loaded, l)),
             },
         );
     }

@@ -350,6 +350,40 @@ fn two_runs_side_by_side_show_their_ratios() {
     assert!(err.contains("add --format html"), "{err}");
 }
 
+/// A looped cell's drill-down carries the loop's text: some text before the cycle, the
+/// cycle, and after it the cycle again.
+#[test]
+fn a_looped_cells_page_shows_the_loop_in_its_text() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let page = tmp.path().join("loops.html");
+    let rules = fixtures().join("short-loops.toml");
+    report_to(
+        &fixtures().join("sim-completions"),
+        rules.to_str().expect("utf-8"),
+        "html",
+        &page,
+    );
+    let html = std::fs::read_to_string(&page).expect("page");
+    let start = html.find("id=\"cell-data\">").expect("cell data") + 15;
+    let end = start + html[start..].find("</script>").expect("end");
+    let data: serde_json::Value = serde_json::from_str(&html[start..end]).expect("data");
+    let cell = &data["cells"]["1024/4"];
+    let cycle_chars = cell["loop"]["cycle_chars"].as_u64().expect("a loop") as usize;
+    let text = cell["trace"]["loop_text"].as_array().expect("loop text");
+    let part = |i: usize| text[i].as_str().unwrap_or("").to_string();
+    let (before, cycle, after) = (part(0), part(1), part(2));
+    assert_eq!(cycle.chars().count(), cycle_chars, "{cycle:?}");
+    assert!(
+        after.starts_with(&cycle[..cycle.len().min(after.len())]),
+        "{after:?}"
+    );
+    assert!(before.chars().count() <= tokentrace_analyzer::trace::LOOP_CONTEXT);
+    assert!(
+        data["cells"]["256/4"]["trace"]["loop_text"].is_null(),
+        "no loop at 256"
+    );
+}
+
 /// `tokentrace diff ARGS --format json`, parsed.
 fn diff_json(args: &[&str]) -> serde_json::Value {
     let mut all = vec!["tokentrace", "diff"];
