@@ -11,8 +11,8 @@ use tokentrace_schemas::layout::{CellKey, Phase};
 use crate::contract::{CellScore, Scoring, Verdict};
 use crate::numbers::context_label;
 use crate::render::{
-    decode_cell, header, matrix_axes, matrix_footer, matrix_text, measurements, notes, scored_by,
-    shown,
+    decode_cell, header, matrix_axes, matrix_footer, matrix_parts, matrix_text, measurements,
+    notes, prefill_cells, scored_by, shown,
 };
 use crate::trace::{CellTrace, GAP_EDGES_MS};
 
@@ -151,11 +151,7 @@ fn chart_data(s: &Scoring) -> String {
             })
             .collect::<Vec<_>>()
     };
-    let prefill: Vec<&CellScore> = s
-        .cells
-        .iter()
-        .filter(|c| c.phase == Phase::Prefill)
-        .collect();
+    let prefill = prefill_cells(s);
     let figure = |c: &CellScore, pick: &dyn Fn(&crate::contract::Figures) -> Option<f64>| {
         shown(c).and_then(pick).filter(|v| v.is_finite())
     };
@@ -404,11 +400,7 @@ fn phase_name(p: Phase) -> &'static str {
 }
 
 fn prefill_section(o: &mut String, s: &Scoring) {
-    let prefill: Vec<&CellScore> = s
-        .cells
-        .iter()
-        .filter(|c| c.phase == Phase::Prefill)
-        .collect();
+    let prefill = prefill_cells(s);
     if prefill.is_empty() {
         return;
     }
@@ -560,21 +552,19 @@ fn heat_table(o: &mut String, s: &Scoring, id: Option<&str>) {
                 data_number(ttft),
                 escape(&text),
             );
-            // The text splits at the matrix text's separators: rate, verdict, TTFT.
-            let parts: Vec<&str> = text.split(" · ").collect();
-            match (verdict, parts.as_slice()) {
-                (Some(_), [rate, .., ttft]) if parts.len() >= 2 => {
+            match matrix_parts(c) {
+                Some((rate, _, ttft)) => {
                     let _ = write!(
                         o,
                         "<span class=\"rate\">{}</span>{}<span class=\"ttft\">{}</span>",
-                        escape(rate),
+                        escape(&rate),
                         flagged
                             .map(|b| format!("<span class=\"badge\">{b}</span>"))
                             .unwrap_or_default(),
-                        escape(ttft)
+                        escape(&ttft)
                     );
                 }
-                _ => {
+                None => {
                     let _ = write!(o, "{}", escape(&text));
                 }
             }

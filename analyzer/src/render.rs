@@ -110,6 +110,14 @@ pub(crate) struct Header {
     pub launch_command: Option<String>,
 }
 
+/// The prefill cells, in the scoring's order.
+pub(crate) fn prefill_cells(s: &Scoring) -> Vec<&CellScore> {
+    s.cells
+        .iter()
+        .filter(|c| c.phase == Phase::Prefill)
+        .collect()
+}
+
 /// The decode matrix's axes: contexts (rows) and concurrency levels (columns).
 pub(crate) fn matrix_axes(s: &Scoring) -> (Vec<u32>, Vec<u32>) {
     let decode = || s.cells.iter().filter(|c| c.phase == Phase::Decode);
@@ -121,11 +129,7 @@ pub(crate) fn matrix_axes(s: &Scoring) -> (Vec<u32>, Vec<u32>) {
 pub(crate) fn header(s: &Scoring) -> Header {
     let r = &s.run;
     let (contexts, levels) = matrix_axes(s);
-    let prefill: Vec<&CellScore> = s
-        .cells
-        .iter()
-        .filter(|c| c.phase == Phase::Prefill)
-        .collect();
+    let prefill = prefill_cells(s);
     let engine = r.engine.as_deref().unwrap_or("unknown engine");
     let version = r.engine_version.as_deref().filter(|v| !v.is_empty());
     let mut subtitle: Vec<String> = [Some(engine), version]
@@ -250,11 +254,7 @@ pub(crate) fn header(s: &Scoring) -> Header {
 fn markdown(s: &Scoring) -> String {
     let mut o = String::new();
     let (contexts, levels) = matrix_axes(s);
-    let prefill: Vec<&CellScore> = s
-        .cells
-        .iter()
-        .filter(|c| c.phase == Phase::Prefill)
-        .collect();
+    let prefill = prefill_cells(s);
     let h = header(s);
     let _ = writeln!(o, "# Speed test matrix\n");
     let _ = writeln!(o, "**{}** on {}\n", h.model, h.hardware);
@@ -362,18 +362,27 @@ pub(crate) fn decode_cell(s: &Scoring, context: u32, concurrency: u32) -> Option
 pub(crate) fn matrix_text(cell: Option<&CellScore>) -> String {
     match cell {
         None => DASH.to_string(),
-        Some(c) => match (c.verdict, shown(c)) {
-            (Some(v), Some(f)) => {
-                let mut parts = vec![opt(f.total_tok_s, |x| rate(x, false))];
-                if v != Verdict::Valid {
-                    parts.push(v.label().to_string());
-                }
-                parts.push(format!("{} TTFT", opt(f.ttft_ms.median, ms_whole)));
+        Some(c) => match matrix_parts(c) {
+            Some((rate, verdict, ttft)) => {
+                let mut parts = vec![rate];
+                parts.extend(verdict.map(str::to_string));
+                parts.push(ttft);
                 parts.join(" · ")
             }
-            _ => c.status_label(),
+            None => c.status_label(),
         },
     }
+}
+
+/// A matrix cell's parts when it shows figures: total tok/s, the verdict's label when
+/// not Valid, and "N ms TTFT".
+pub(crate) fn matrix_parts(c: &CellScore) -> Option<(String, Option<&'static str>, String)> {
+    let (v, f) = (c.verdict?, shown(c)?);
+    Some((
+        opt(f.total_tok_s, |x| rate(x, false)),
+        (v != Verdict::Valid).then(|| v.label()),
+        format!("{} TTFT", opt(f.ttft_ms.median, ms_whole)),
+    ))
 }
 
 /// The lines under the decode matrix: the legend of the verdicts it shows, and what its
