@@ -9,6 +9,7 @@ use tokentrace_recorder::client::TokenCounting;
 use tokentrace_recorder::http::Transport;
 use tokentrace_schemas::clock::RunClock;
 use tokentrace_schemas::protocol::Drain;
+use tokentrace_schemas::protocol::{LATE_TICK_MS, LagStat};
 use tokentrace_schemas::reader::read_table;
 use tokentrace_schemas::tables::{
     Chunks, EndReason, Endpoint, EventKind, Events, Metrics, Requests, Role,
@@ -166,6 +167,37 @@ async fn a_decode_cell_is_recorded_whole() {
             .any(|m| m.name == "vllm:num_requests_running" && m.value == 2.0)
     );
     assert!(metrics.iter().any(|m| m.name == CLIENT_LAG_METRIC));
+    // Each lag summary carries its tick count and the late ticks over every threshold,
+    // never more late ticks than ticks, fewer over a higher threshold.
+    let lag = |stat: LagStat| -> Vec<f64> {
+        metrics
+            .iter()
+            .filter(|m| m.name == CLIENT_LAG_METRIC && m.labels == stat.labels())
+            .map(|m| m.value)
+            .collect()
+    };
+    let ticks = lag(LagStat::Ticks);
+    assert!(
+        !ticks.is_empty() && ticks.iter().sum::<f64>() > 10.0,
+        "{ticks:?}"
+    );
+    let over: Vec<Vec<f64>> = (0..LATE_TICK_MS.len())
+        .map(|i| lag(LagStat::Over(i)))
+        .collect();
+    for (i, o) in over.iter().enumerate() {
+        assert_eq!(o.len(), ticks.len(), "over_{}ms", LATE_TICK_MS[i]);
+        for (k, v) in o.iter().enumerate() {
+            assert!(
+                *v <= ticks[k],
+                "over_{}ms {v} > ticks {}",
+                LATE_TICK_MS[i],
+                ticks[k]
+            );
+            if i > 0 {
+                assert!(*v <= over[i - 1][k], "over_{}ms", LATE_TICK_MS[i]);
+            }
+        }
+    }
     // The recorder's own CPU time, a counter that never goes back.
     let cpu: Vec<f64> = metrics
         .iter()
