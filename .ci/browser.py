@@ -8,8 +8,9 @@ For each page, from a file URL with every network request refused:
   total tok/s and median TTFT equal to the scoring's;
 - every chart (prefill by context; total tok/s, per-request tok/s and TTFT against
   concurrency) is drawn;
-- clicking each matrix cell opens its drill-down, with a drawn token chart (a
-  screenshot of the last one is saved);
+- clicking each matrix cell opens its drill-down, with a drawn token chart and
+  request lanes (the first drill-down of each verdict is saved as
+  PAGE-drill-VERDICT.png);
 - clicking a column of the measurements table sorts it;
 - a screenshot of the whole page is saved in SHOTS_DIR.
 A comparison page (`:-`) must show its ratio heat map: every cell both runs have, with
@@ -131,24 +132,26 @@ def check(driver, page, scoring, shots):
         problems.append(f"charts: {len(boxes)} boxes (want {want_charts}), drawn pixels {drawn}")
 
     # Drill-down: clicking each matrix cell opens its section, with its title and a
-    # drawn token chart.
+    # drawn token chart; the first drill-down of each verdict is saved as a screenshot.
+    shot_verdicts = set()
     for td in driver.find_elements(By.CSS_SELECTOR, "#matrix td.cell"):
         name = f'{td.get_attribute("data-context")} x {td.get_attribute("data-concurrency")}'
         driver.execute_script("arguments[0].scrollIntoView()", td)
         td.click()
         opened = driver.execute_script(
             "var s=document.getElementById('drill');if(!s||s.hidden)return null;"
-            "var c=document.querySelector('#drill-tokens canvas');if(!c)return [s.querySelector('h2').textContent,0];"
+            "function drawn(id){var c=document.querySelector(id+' canvas');if(!c)return 0;"
             "var d=c.getContext('2d').getImageData(0,0,c.width,c.height).data,n=0;"
-            "for(var i=3;i<d.length;i+=4){if(d[i]>0)n++}"
-            "return [s.querySelector('h2').textContent,n]"
+            "for(var i=3;i<d.length;i+=4){if(d[i]>0)n++}return n}"
+            "return [s.querySelector('h2').textContent,drawn('#drill-tokens'),drawn('#drill-lanes')]"
         )
-        if not opened or opened[1] < 200 or name.split(" x ")[1] not in opened[0]:
+        if not opened or min(opened[1:]) < 200 or name.split(" x ")[1] not in opened[0]:
             problems.append(f"{name}: drill-down {opened}")
-    if driver.find_elements(By.CSS_SELECTOR, "#matrix td.cell"):
-        shot = shots / (page.stem + "-drill.png")
-        driver.execute_script("document.getElementById('drill').scrollIntoView()")
-        driver.save_screenshot(str(shot))
+        verdict = td.get_attribute("data-verdict") or "none"
+        if verdict not in shot_verdicts:
+            shot_verdicts.add(verdict)
+            driver.execute_script("document.getElementById('drill').scrollIntoView()")
+            driver.save_screenshot(str(shots / f"{page.stem}-drill-{verdict}.png"))
 
     # Sorting: the "Requests at once" column, clicked twice, ends descending.
     header = driver.find_elements(By.CSS_SELECTOR, "#measurements thead th")[2]

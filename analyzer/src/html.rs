@@ -175,8 +175,9 @@ fn chart_data(s: &Scoring) -> String {
 /// Opens a decode cell's drill-down when its matrix cell is clicked (or Enter or Space
 /// pressed on it): its notes, a loop's repeated text with the cycle marked, and three
 /// charts from the cell's trace: output tokens over time with the window shaded and each
-/// request's send (grey), first token (green) and end (orange) ticked; the gaps between
-/// token events; the server's gauges with every scrape marked.
+/// request's send (grey), first token (green) and end (orange) ticked; one lane per
+/// request from its send through its first token to its end; the gaps between token
+/// events; the server's gauges with every scrape marked.
 const DRILL: &str = "\
 (function(){var el=document.getElementById('cell-data');if(!el||typeof uPlot==='undefined')return;\
 var all=JSON.parse(el.textContent),cells=all.cells,edges=all.gap_edges_ms,sec=document.getElementById('drill'),charts=[];\
@@ -188,6 +189,12 @@ reqs.forEach(function(r){[['sent','#6b7280',6],['first_token','#009E73',12],['en
 var v=r[m[0]];if(v===null||v===undefined)return;var x=u.valToPos(v,'x',true);\
 if(x<u.bbox.left||x>u.bbox.left+u.bbox.width)return;c.strokeStyle=m[1];c.beginPath();c.moveTo(x,y);\
 c.lineTo(x,y-m[2]*(window.devicePixelRatio||1));c.stroke();});});c.restore();}}\
+function lanes(reqs){return function(u){var c=u.ctx,n=reqs.length,h=u.bbox.height/Math.max(n,1),w=Math.max(1,h*0.7),px=window.devicePixelRatio||1;c.save();\
+reqs.forEach(function(r,i){var y=u.valToPos(i,'y',true),a=u.valToPos(r.sent,'x',true),f=r.first_token===null?null:u.valToPos(r.first_token,'x',true),\
+e=u.valToPos(r.end===null?u.scales.x.max:r.end,'x',true),warm=r.role==='warmup';\
+c.fillStyle=warm?'#d1d5db':'#9ca3af';c.fillRect(a,y-w/2,(f===null?e:f)-a,w);\
+if(f!==null){c.fillStyle=warm?'#93c5fd':'#0072B2';c.fillRect(f,y-w/2,Math.max(e-f,px),w);}\
+if(r.end!==null){c.fillStyle='#D55E00';c.fillRect(e-px,y-w/2,2*px,w);}});c.restore();}}\
 function rings(marks){return function(u){var c=u.ctx,r=7*(window.devicePixelRatio||1);c.save();c.strokeStyle='#dc2626';c.lineWidth=2;\
 (marks||[]).forEach(function(m){var x=u.valToPos(m[0],'x',true),y=u.valToPos(m[1],'y',true);c.beginPath();c.arc(x,y,r,0,2*Math.PI);c.stroke();});c.restore();}}\
 function add(id,opts,data){var box=document.getElementById(id);box.innerHTML='';opts.width=width(box);opts.height=260;\
@@ -206,6 +213,14 @@ add('drill-tokens',{title:'Output tokens over time (window shaded)',scales:{x:{t
 axes:[{label:'s from window open'},{label:'tokens',size:64}],\
 series:[{label:'s'},{label:'cumulative output tokens',stroke:'#0072B2',width:2}],\
 hooks:{drawClear:[shade(0,t.window_s)],draw:[ticks(t.requests)]}},[t.times,t.tokens]);\
+var rs=t.requests.filter(function(r){return r.sent!==null}).sort(function(a,b){return a.sent-b.sent||a.request_id-b.request_id});\
+if(rs.length){var x0=Math.min(0,rs[0].sent),x1=Math.max.apply(null,[t.window_s].concat(rs.map(function(r){return r.end===null?t.window_s:r.end})));\
+add('drill-lanes',{title:'One lane per request (grey: before its first token, blue: streaming; warm-ups paler)',\
+scales:{x:{time:false,range:[x0,x1]},y:{range:[-0.5,rs.length-0.5]}},legend:{show:false},\
+axes:[{label:'s from window open'},{label:'request (by send time)',size:64,values:function(u,vs){return vs.map(function(v){return Number.isInteger(v)?String(v+1):''})}}],\
+series:[{label:'s'},{label:'lane',stroke:'rgba(0,0,0,0)',points:{show:false}}],\
+hooks:{drawClear:[shade(0,t.window_s)],draw:[lanes(rs)]}},[[x0,x1],[null,null]]);}\
+else{document.getElementById('drill-lanes').textContent='No requests were sent in this cell.';}\
 add('drill-gaps',{title:'Time between token events in the window',scales:{x:{time:false}},\
 axes:[{label:'ms (bin from)',values:function(u,vs){return vs.map(function(i){return edges[i]===undefined?'':String(edges[i])})}},{label:'gaps',size:64}],\
 series:[{label:'bin'},{label:'gaps',stroke:'#E69F00',fill:'rgba(230,159,0,0.5)',paths:uPlot.paths.bars({size:[0.8]}),points:{show:false}}]},\
@@ -468,7 +483,7 @@ fn decode_section(o: &mut String, s: &Scoring) {
         o,
         "<section id=\"drill\" hidden>\n<h2 id=\"drill-title\"></h2>\n<ul id=\"drill-notes\"></ul>\n\
          <pre id=\"drill-excerpt\" hidden></pre>\n<div class=\"charts drill\"><div id=\"drill-tokens\"></div>\
-         <div id=\"drill-gaps\"></div><div id=\"drill-gauges\"></div></div>\n</section>"
+         <div id=\"drill-lanes\"></div><div id=\"drill-gaps\"></div><div id=\"drill-gauges\"></div></div>\n</section>"
     );
     let _ = writeln!(
         o,
