@@ -83,10 +83,22 @@ fn record(cmd: &RecordCmd) -> anyhow::Result<ExitCode> {
     }
     let rt = tokio::runtime::Runtime::new().context("cannot start the async runtime")?;
     let outcome = match &args.target {
-        Some(t) => cli::run_at(args, t, &rt),
+        Some(t) => cli::run_at(args, t, None, &rt),
         None => {
             let profile = tokentrace_sim::Profile::load(&cmd.sim_profile)
                 .with_context(|| format!("simulator profile `{}`", cmd.sim_profile))?;
+            // The simulated box's GPUs, when its profile names them.
+            let gpus = profile.gpus.as_ref().map(|g| {
+                tokentrace_recorder::runner::GpuChoice::Given(std::sync::Arc::new(
+                    tokentrace_recorder::gpu::SimulatedGpus::new(
+                        g.count,
+                        &g.name,
+                        u64::from(g.memory_gib) << 30,
+                        g.idle_w,
+                        g.busy_w,
+                    ),
+                ))
+            });
             let addr = "127.0.0.1:0".parse().context("loopback address")?;
             let sim = rt
                 .block_on(tokentrace_sim::SimServer::start(profile, addr))
@@ -96,7 +108,7 @@ fn record(cmd: &RecordCmd) -> anyhow::Result<ExitCode> {
                 cmd.sim_profile,
                 sim.url()
             );
-            let outcome = cli::run_at(args, &sim.url(), &rt);
+            let outcome = cli::run_at(args, &sim.url(), gpus, &rt);
             sim.stop();
             outcome
         }

@@ -53,6 +53,13 @@ pub struct RunInfo {
     pub server_metrics: Option<bool>,
     /// How prefill was measured: `scout` or `warmup` (older runs: `scout`).
     pub prefill_mode: String,
+    /// What the recorder found out by itself about the host, GPUs and engine (empty
+    /// for runs recorded before it did).
+    #[serde(default)]
+    pub facts: Vec<tokentrace_schemas::manifest::Fact>,
+    /// Whether any cell carries GPU telemetry.
+    #[serde(default)]
+    pub gpu_telemetry: bool,
 }
 
 /// A cell's verdict.
@@ -284,6 +291,14 @@ pub struct Figures {
     /// … and the share of the window's ticks later than the rule's `late_tick_ms`.
     #[serde(default)]
     pub client_late_tick_share: Option<f64>,
+    /// Decode: the GPUs' mean power draw over the window, watts, all GPUs together
+    /// (from their energy counters, else their power samples); null without GPU
+    /// telemetry.
+    #[serde(default)]
+    pub gpu_power_w: Option<f64>,
+    /// Decode: output tokens per joule of GPU energy (total tok/s over `gpu_power_w`).
+    #[serde(default)]
+    pub tokens_per_joule: Option<f64>,
 }
 
 /// One cell of the matrix, scored (or why not).

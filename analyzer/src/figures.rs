@@ -213,6 +213,20 @@ pub const FIGURES: &[Figure] = &[
         column: None,
         read: |f| Value::Number(f.prompt_tok_s),
     },
+    Figure {
+        name: "gpu_power_w",
+        csv: "gpu_power_w",
+        compared: true,
+        column: None,
+        read: |f| Value::Number(f.gpu_power_w),
+    },
+    Figure {
+        name: "tokens_per_joule",
+        csv: "tokens_per_joule",
+        compared: true,
+        column: None,
+        read: |f| Value::Number(f.tokens_per_joule),
+    },
 ];
 
 #[cfg(test)]

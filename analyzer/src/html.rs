@@ -389,6 +389,7 @@ pub fn html_with_traces(s: &Scoring, traces: &BTreeMap<CellKey, CellTrace>) -> S
         "<script type=\"application/json\" id=\"cell-data\">{}</script>",
         cell_data(s, traces)
     );
+    power(&mut o, s);
     let notes = notes(s);
     if !notes.is_empty() {
         let _ = writeln!(o, "<h2>Notes</h2>\n<ul>");
@@ -743,6 +744,40 @@ pub fn comparison(sides: &[(String, Scoring)]) -> String {
             .join("<br>")
     );
     o
+}
+
+/// The GPU power section: the mean draw and tokens per joule of each decode cell, or
+/// the line that says why there are none.
+fn power(o: &mut String, s: &Scoring) {
+    let (contexts, levels) = matrix_axes(s);
+    if contexts.is_empty() {
+        return;
+    }
+    let _ = writeln!(o, "<h2>GPU power</h2>");
+    match crate::render::power_rows(s) {
+        Ok(rows) => {
+            let _ = writeln!(
+                o,
+                "<p>{}</p>\n<table id=\"power\">\n<thead><tr><th>Context</th>",
+                escape(crate::render::POWER_INTRO)
+            );
+            for n in &levels {
+                let _ = write!(o, "<th>{n}</th>");
+            }
+            let _ = writeln!(o, "</tr></thead>\n<tbody>");
+            for (ctx, cells) in rows {
+                let _ = write!(o, "<tr><th>{}</th>", escape(&context_label(ctx)));
+                for c in cells {
+                    let _ = write!(o, "<td>{}</td>", escape(&c));
+                }
+                let _ = writeln!(o, "</tr>");
+            }
+            let _ = writeln!(o, "</tbody>\n</table>");
+        }
+        Err(line) => {
+            let _ = writeln!(o, "<p id=\"power\">{}</p>", escape(&line));
+        }
+    }
 }
 
 #[cfg(test)]

@@ -105,6 +105,9 @@ pub struct Loaded {
     pub tick_counts: BTreeMap<CellKey, Vec<TickCounts>>,
     /// Per request: (content, reasoning) text in stream order, for requests with text.
     pub text: BTreeMap<i64, (String, String)>,
+    /// Per cell with GPU telemetry: its `gpu` rows in time order (cells recorded
+    /// without NVML have none).
+    pub gpu: BTreeMap<CellKey, Vec<tokentrace_schemas::tables::GpuRow>>,
 }
 
 fn perr(run: &Run) -> impl Fn(PolarsError) -> Error + '_ {
@@ -193,7 +196,25 @@ pub fn load(run: &Run, series: &[String]) -> Result<Loaded> {
     load_requests(run, requests, &mut out)?;
     load_chunks(run, chunks, &mut out)?;
     load_metrics(run, metrics, series, &mut out)?;
+    load_gpu(run, &mut out)?;
     Ok(out)
+}
+
+/// The optional `gpu` table of every complete cell that has one (small: a row per GPU
+/// per scrape), read through the trace's own reader.
+fn load_gpu(run: &Run, out: &mut Loaded) -> Result<()> {
+    use tokentrace_schemas::layout::table_file;
+    use tokentrace_schemas::tables::Gpu;
+    for (key, dir) in run.complete_cells() {
+        let path = dir.join(table_file::<Gpu>());
+        if !path.exists() {
+            continue;
+        }
+        let mut rows = tokentrace_schemas::reader::read_table::<Gpu>(&path)?;
+        rows.sort_by_key(|r| (r.sample_ns, r.gpu));
+        out.gpu.insert(*key, rows);
+    }
+    Ok(())
 }
 
 fn load_events(run: &Run, events: LazyFrame, out: &mut Loaded) -> Result<()> {

@@ -150,12 +150,24 @@ pub(crate) fn header(s: &Scoring) -> Header {
     }
     let fact = |k: &str, v: String| (k.to_string(), v);
 
+    let found = |k: &str| tokentrace_schemas::manifest::fact(&r.facts, k);
+    // "4× NVIDIA H200", from the GPUs the recorder found, when the user gave no text.
+    let gpus = found("gpu.name").map(|name| match found("gpu.count") {
+        Some(n) if n != "1" => format!("{n}× {name}"),
+        _ => name.to_string(),
+    });
+    let described = r.hardware.clone().or_else(|| gpus.clone());
     let mut hardware = vec![fact(
         "Hardware",
-        r.hardware
+        described
             .clone()
             .unwrap_or_else(|| "not described".to_string()),
     )];
+    for (key, label) in HARDWARE_FACTS {
+        if let Some(v) = found(key) {
+            hardware.push(fact(label, v.to_string()));
+        }
+    }
     for (k, v) in r
         .engine_details
         .iter()
@@ -184,6 +196,13 @@ pub(crate) fn header(s: &Scoring) -> Header {
         .filter(|(k, v)| !k.starts_with("describe.") && !repeats(k, v))
     {
         engine_facts.push(fact(k, v.clone()));
+    }
+    // The engine's facts the recorder found (build, parallel layout, cache, …).
+    for f in r.facts.iter().filter(|f| f.key.starts_with("engine.")) {
+        let k = f.key.trim_start_matches("engine.");
+        if !repeats(k, &f.value) && !engine_facts.iter().any(|(name, _)| name == k) {
+            engine_facts.push(fact(k, f.value.clone()));
+        }
     }
     let run = vec![
         fact("Run", r.run_id.clone()),
@@ -236,10 +255,7 @@ pub(crate) fn header(s: &Scoring) -> Header {
     ];
     Header {
         model: model_display_name(&r.model).to_string(),
-        hardware: r
-            .hardware
-            .clone()
-            .unwrap_or_else(|| "unspecified hardware".to_string()),
+        hardware: described.unwrap_or_else(|| "unspecified hardware".to_string()),
         subtitle,
         nothing_measured: s.cells.iter().all(|c| c.verdict.is_none()),
         sections: vec![
@@ -339,6 +355,26 @@ fn markdown(s: &Scoring) -> String {
         let _ = writeln!(o, "| {} |", cells.join(" | "));
     }
 
+    if !contexts.is_empty() {
+        let _ = writeln!(o, "\n## GPU power\n");
+        match power_rows(s) {
+            Ok(rows) => {
+                let _ = writeln!(o, "{POWER_INTRO}\n");
+                let _ = write!(o, "| Context |");
+                for n in &levels {
+                    let _ = write!(o, " {n} |");
+                }
+                let _ = writeln!(o, "\n|---|{}", "---|".repeat(levels.len()));
+                for (ctx, cells) in rows {
+                    let _ = writeln!(o, "| {} | {} |", context_label(ctx), cells.join(" | "));
+                }
+            }
+            Err(line) => {
+                let _ = writeln!(o, "{line}");
+            }
+        }
+    }
+
     let notes = notes(s);
     if !notes.is_empty() {
         let _ = writeln!(o, "\n## Notes\n");
@@ -349,6 +385,65 @@ fn markdown(s: &Scoring) -> String {
     let _ = writeln!(o, "\n---\n\n{}", scored_by(s));
     o
 }
+
+/// The host and GPU facts of the Hardware section, in order, with their labels.
+const HARDWARE_FACTS: [(&str, &str); 11] = [
+    ("gpu.count", "GPUs"),
+    ("gpu.name", "GPU"),
+    ("gpu.memory", "GPU memory"),
+    ("gpu.driver", "GPU driver"),
+    ("gpu.cuda", "CUDA"),
+    ("gpu.telemetry", "GPU telemetry"),
+    ("host.cpu", "CPU"),
+    ("host.cpus", "CPUs"),
+    ("host.memory", "Memory"),
+    ("host.os", "OS"),
+    ("host.kernel", "Kernel"),
+];
+
+/// The GPU power matrix, format-free: per context, per concurrency level, the GPUs'
+/// mean draw over the window and output tokens per joule ("2,600 W · 1.17 tok/J"); or,
+/// when the run has no GPU telemetry, the line that says so and why.
+pub(crate) fn power_rows(s: &Scoring) -> Result<Vec<(u32, Vec<String>)>, String> {
+    if !s.run.gpu_telemetry {
+        let why = tokentrace_schemas::manifest::fact(&s.run.facts, "gpu.telemetry")
+            .and_then(|v| v.strip_prefix("none: "))
+            .map_or_else(
+                || "the recorder did not sample GPUs in this run".to_string(),
+                |w| format!("the recorder had none ({w})"),
+            );
+        return Err(format!(
+            "No GPU telemetry: {why}, so there are no power or tokens-per-joule figures."
+        ));
+    }
+    let (contexts, levels) = matrix_axes(s);
+    Ok(contexts
+        .iter()
+        .map(|ctx| {
+            let cells = levels
+                .iter()
+                .map(|n| {
+                    let f = decode_cell(s, *ctx, *n).and_then(shown);
+                    match (
+                        f.and_then(|f| f.gpu_power_w),
+                        f.and_then(|f| f.tokens_per_joule),
+                    ) {
+                        (Some(w), Some(t)) => {
+                            format!("{} W · {} tok/J", thousands(w.round() as i64), fixed(t, 2))
+                        }
+                        (Some(w), None) => format!("{} W", thousands(w.round() as i64)),
+                        _ => DASH.to_string(),
+                    }
+                })
+                .collect();
+            (*ctx, cells)
+        })
+        .collect())
+}
+
+/// The heading line of the GPU power section.
+pub(crate) const POWER_INTRO: &str =
+    "mean GPU power over each window, all GPUs together · output tokens per joule of GPU energy";
 
 /// The decode cell at (`context`, `concurrency`), if the run has it.
 pub(crate) fn decode_cell(s: &Scoring, context: u32, concurrency: u32) -> Option<&CellScore> {

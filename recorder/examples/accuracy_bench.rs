@@ -88,6 +88,7 @@ async fn one(streams: u32, window: Duration) -> Result<String, String> {
         counting: TokenCounting::TokenIds,
         tokens: Default::default(),
         writers: Default::default(),
+        gpus: None,
     };
     let prompt = Tokenizer::new().prompt_of(64, 1);
     let body = |n: u32| {

@@ -77,6 +77,8 @@ pub struct RunCtx {
     pub tokens: Arc<AtomicU64>,
     /// The session's cell writers.
     pub writers: Arc<Writers>,
+    /// GPU telemetry, sampled with every scrape; `None` without NVML.
+    pub gpus: Option<Arc<dyn crate::gpu::GpuSource>>,
 }
 
 /// The cell writers of a recording session: how many still run, and whether the session
@@ -151,8 +153,25 @@ impl Cell {
         }
     }
 
-    /// Scrapes once and queues the rows; returns (running, waiting) when known.
+    /// Scrapes once and queues the rows, then samples the GPUs (off the runtime's
+    /// threads: NVML calls block); returns (running, waiting) when known.
     async fn scrape_once(&self) -> Option<(f64, f64)> {
+        let rw = self.scrape_metrics().await;
+        if let Some(gpus) = self.ctx.gpus.clone() {
+            if let Some((running, _)) = rw {
+                gpus.server_running(running);
+            }
+            let clock = self.ctx.clock;
+            if let Ok(rows) = tokio::task::spawn_blocking(move || gpus.sample(clock.now_ns())).await
+                && !rows.is_empty()
+            {
+                let _ = self.tx.send(Record::Gpu(rows)).await;
+            }
+        }
+        rw
+    }
+
+    async fn scrape_metrics(&self) -> Option<(f64, f64)> {
         let url = self.ctx.metrics_url.as_deref()?;
         match scrape::scrape(
             &self.ctx.client,
@@ -246,6 +265,11 @@ fn writer_loop(
             Record::Metrics(rows) => {
                 for m in rows {
                     w.push_metric(m)?;
+                }
+            }
+            Record::Gpu(rows) => {
+                for g in rows {
+                    w.push_gpu(g)?;
                 }
             }
             Record::Event(e) => w.push_event(e)?,

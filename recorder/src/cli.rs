@@ -88,9 +88,16 @@ pub struct RecordArgs {
     /// Finish an interrupted run in --out: complete cells are kept, the rest redone.
     #[arg(long)]
     pub resume: bool,
-    /// A fact for the report (hardware=…, gpu=…, quantization=…); repeatable.
+    /// A fact for the report (hardware=…, gpu=…, quantization=…); repeatable. A key the
+    /// recorder finds by itself (host.os, gpu.name, engine.version, …; see FORMAT.md)
+    /// replaces what it found.
     #[arg(long, value_parser = key_value)]
     pub describe: Vec<(String, String)>,
+    /// GPU facts and telemetry (utilisation, memory, power, energy, clock, temperature,
+    /// throttling) with every metrics scrape: `auto` (through NVML when its library
+    /// loads; none otherwise, and the manifest says why) or `off`.
+    #[arg(long, value_parser = ["auto", "off"], default_value = "auto")]
+    pub gpu_telemetry: String,
     /// File holding the server's launch command; secrets in it are redacted.
     #[arg(long)]
     pub launch_command_file: Option<PathBuf>,
@@ -269,6 +276,11 @@ impl RecordArgs {
             prefill_mode: self.prefill_mode,
             progress: Default::default(),
             writers: Default::default(),
+            gpus: if self.gpu_telemetry == "off" {
+                runner::GpuChoice::Off
+            } else {
+                runner::GpuChoice::Auto
+            },
         })
     }
 }
@@ -330,7 +342,7 @@ pub fn finished(m: &Manifest) -> (u8, Option<String>) {
 /// target it says where the built-in one is.
 pub fn run(args: &RecordArgs, rt: &tokio::runtime::Runtime) -> Result<Outcome, String> {
     match &args.target {
-        Some(t) => run_at(args, t, rt),
+        Some(t) => run_at(args, t, None, rt),
         None => Err(
             "no --target: name the server to record (`tokentrace record` without --target \
              records the built-in simulator)"
@@ -344,10 +356,17 @@ pub fn run(args: &RecordArgs, rt: &tokio::runtime::Runtime) -> Result<Outcome, S
 pub fn run_at(
     args: &RecordArgs,
     target: &str,
+    gpus: Option<runner::GpuChoice>,
     rt: &tokio::runtime::Runtime,
 ) -> Result<Outcome, String> {
     rt.block_on(async {
-        let opts = args.options(target)?;
+        let mut opts = args.options(target)?;
+        // A given GPU source (the built-in simulator's) replaces NVML, unless turned off.
+        if let Some(g) = gpus
+            && args.gpu_telemetry != "off"
+        {
+            opts.gpus = g;
+        }
         let display = Display::new(opts.progress.clone());
         let outcome = tokio::select! {
             r = runner::record(&opts, |p| display.show(p)) => {

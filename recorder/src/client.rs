@@ -35,6 +35,8 @@ pub enum Record {
     Request(Box<RequestRow>),
     /// Samples of one metrics scrape (the server's, or the recorder's own health).
     Metrics(Vec<tokentrace_schemas::tables::MetricRow>),
+    /// One GPU telemetry sample (a row per GPU).
+    Gpu(Vec<tokentrace_schemas::tables::GpuRow>),
     Event(EventRow),
     /// The cell ended normally: commit it. A writer whose channel closes without this
     /// (Ctrl-C, a crash) leaves the cell uncommitted, to be redone by `--resume`.

@@ -6,6 +6,9 @@
 pub mod cell;
 pub mod cli;
 pub mod client;
+pub mod facts;
+pub mod gpu;
+pub mod host;
 pub mod http;
 pub mod pace;
 pub mod probe;

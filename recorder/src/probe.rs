@@ -46,6 +46,8 @@ pub struct ServerInfo {
     pub metrics_url: Option<String>,
     /// The probe's own stream, recorded (request id 0 until placed in a cell).
     pub probe_records: Vec<Record>,
+    /// The engine's facts (`engine.*`), from its own endpoints and `*_info` series.
+    pub facts: Vec<tokentrace_schemas::manifest::Fact>,
 }
 
 async fn get_json(client: &reqwest::Client, url: &str) -> Result<Value, ProbeError> {
@@ -140,7 +142,8 @@ pub async fn probe(
     let (max_model_len, max_model_len_source) = context_limit(client, base, entry.copied()).await;
 
     let mut engine = EngineInfo::default();
-    if let Ok(v) = get_json(client, &join(base, "/version")).await {
+    let version = get_json(client, &join(base, "/version")).await.ok();
+    if let Some(v) = &version {
         engine.version = v["version"].as_str().map(str::to_string);
         engine.name = v["engine"].as_str().map(str::to_string);
         if let Some(obj) = v.as_object() {
@@ -174,6 +177,39 @@ pub async fn probe(
             .find(|e| t.contains(e.metric_prefix()))
             .map(|e| e.name().to_string());
     }
+
+    // The engine's facts, most trusted source first: its version endpoint, the
+    // engine-specific endpoints, then the metrics' info series.
+    let mut facts = version
+        .as_ref()
+        .map(crate::facts::from_version)
+        .unwrap_or_default();
+    for (path, extract) in [
+        (
+            "/get_server_info",
+            crate::facts::from_sglang as fn(&Value) -> _,
+        ),
+        ("/info", crate::facts::from_tgi),
+        ("/props", crate::facts::from_llamacpp),
+    ] {
+        if let Ok(v) = get_json(client, &join(base, path)).await {
+            facts.extend(extract(&v));
+        }
+    }
+    if let (Some(len), Some(source)) = (max_model_len, &max_model_len_source) {
+        facts.push(tokentrace_schemas::manifest::Fact::new(
+            "engine.max_model_len",
+            len.to_string(),
+            format!("probe ({source})"),
+        ));
+    }
+    if let Some(rows) = metrics_text
+        .as_deref()
+        .and_then(|t| crate::scrape::parse_exposition(t, 0, 0).ok())
+    {
+        facts.extend(crate::facts::from_info_series(&rows));
+    }
+    let facts = crate::facts::merge(facts);
 
     // A shape counts only when "hello" gives tokens: llama.cpp answers the vLLM shape
     // with an empty list (it ignores fields it does not know).
@@ -262,6 +298,7 @@ pub async fn probe(
         counting,
         metrics_url: metrics_ok.then_some(metrics_url),
         probe_records: records,
+        facts,
     })
 }
 

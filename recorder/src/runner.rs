@@ -10,7 +10,7 @@ use std::time::Duration;
 use serde_json::Value;
 use tokentrace_schemas::clock::RunClock;
 use tokentrace_schemas::manifest::{
-    CellEntry, CellStatus, Manifest, PrefillMode, RunConfig, Target, ToolInfo,
+    CellEntry, CellStatus, Fact, Manifest, PrefillMode, RunConfig, Target, ToolInfo, fact,
 };
 use tokentrace_schemas::redact::{redact_command, redact_url};
 use tokentrace_schemas::tables::Endpoint;
@@ -65,6 +65,31 @@ pub struct RecordOptions {
     /// The session's cell writers (a commit may outlive a stopped recording): an
     /// interrupt stops them and waits for none to run before it settles the manifest.
     pub writers: Arc<cell::Writers>,
+    /// Where GPU facts and telemetry come from.
+    pub gpus: GpuChoice,
+}
+
+/// Where GPU facts and telemetry come from.
+#[derive(Debug, Clone, Default)]
+pub enum GpuChoice {
+    /// NVML when it loads; otherwise none, and the manifest says why.
+    #[default]
+    Auto,
+    /// None (`--gpu-telemetry off`).
+    Off,
+    /// This source (a simulated box for tests and the built-in simulator).
+    Given(Arc<dyn crate::gpu::GpuSource>),
+}
+
+impl GpuChoice {
+    /// The source, or why there is none.
+    fn open(&self) -> Result<Arc<dyn crate::gpu::GpuSource>, String> {
+        match self {
+            GpuChoice::Auto => crate::gpu::Nvml::load().map(|n| Arc::new(n) as _),
+            GpuChoice::Off => Err("turned off (--gpu-telemetry off)".to_string()),
+            GpuChoice::Given(g) => Ok(g.clone()),
+        }
+    }
 }
 
 /// Why a run stopped.
@@ -268,6 +293,35 @@ pub async fn record(
             .and_then(tokentrace_wire::TokenCounting::from_name)
             .map_or("unknown", tokentrace_wire::TokenCounting::describe),
     )));
+    // The host's and the GPUs' facts, and the GPU telemetry source.
+    let gpus = opts.gpus.open();
+    let mut found = info.facts.clone();
+    found.extend(crate::host::facts());
+    match &gpus {
+        Ok(g) => {
+            let gpu_facts = g.facts();
+            let source = gpu_facts
+                .first()
+                .map_or_else(|| "NVML".to_string(), |f| f.source.clone());
+            found.extend(gpu_facts);
+            found.push(Fact::new(
+                "gpu.telemetry",
+                format!("sampled with every scrape ({source})"),
+                source,
+            ));
+        }
+        Err(why) => found.push(Fact::new("gpu.telemetry", format!("none: {why}"), "NVML")),
+    }
+    let facts = crate::facts::apply_describe(found, &opts.describe);
+    progress(Progress::Line(match &gpus {
+        Ok(_) => format!(
+            "GPUs: {} × {} · telemetry with every scrape",
+            fact(&facts, "gpu.count").unwrap_or("?"),
+            fact(&facts, "gpu.name").unwrap_or("unnamed"),
+        ),
+        Err(why) => format!("GPUs: no telemetry ({why})"),
+    }));
+    let gpus = gpus.ok();
     let mut manifest = if resume {
         let m = Manifest::read(&opts.out)?;
         if m.model != info.model {
@@ -304,6 +358,7 @@ pub async fn record(
                 .find(|(k, _)| k == "hardware")
                 .map(|(_, v)| v.clone()),
             launch_command: opts.launch_command.as_deref().map(redact_command),
+            facts,
             capabilities: info.capabilities.clone(),
             config: RunConfig {
                 endpoint: opts.endpoint,
@@ -359,6 +414,7 @@ pub async fn record(
         counting: info.counting,
         tokens: opts.progress.clone(),
         writers: opts.writers.clone(),
+        gpus,
     };
     let total = manifest.cells.len();
     let mut prompts: std::collections::BTreeMap<u32, (Value, u32)> = Default::default();

@@ -181,6 +181,10 @@ pub struct Manifest {
     pub hardware: Option<String>,
     /// The server's launch command as given by the user, secrets redacted.
     pub launch_command: Option<String>,
+    /// What the recorder found out by itself about the host, its GPUs and the engine,
+    /// sorted by key (absent in runs recorded before facts were gathered).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub facts: Vec<Fact>,
     pub capabilities: ServerCapabilities,
     pub config: RunConfig,
     pub cells: Vec<CellEntry>,
@@ -188,6 +192,39 @@ pub struct Manifest {
     /// folder's raw capture (`tokentrace reparse`); absent in a recording.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reparsed: Option<Reparsed>,
+}
+
+/// One fact about the host, its GPUs or the engine, and where it came from (FORMAT.md
+/// lists the keys).
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Fact {
+    pub key: String,
+    pub value: String,
+    /// Where the value came from: a file, an endpoint, `NVML`, `--describe`.
+    pub source: String,
+}
+
+impl Fact {
+    pub fn new(
+        key: impl Into<String>,
+        value: impl Into<String>,
+        source: impl Into<String>,
+    ) -> Self {
+        Fact {
+            key: key.into(),
+            value: value.into(),
+            source: source.into(),
+        }
+    }
+}
+
+/// The value of fact `key`, if found.
+pub fn fact<'a>(facts: &'a [Fact], key: &str) -> Option<&'a str> {
+    facts
+        .iter()
+        .find(|f| f.key == key)
+        .map(|f| f.value.as_str())
 }
 
 /// Where a reparsed run folder came from.

@@ -197,6 +197,36 @@ table!(
     }
 );
 
+table!(
+    /// The `gpu` table (optional, added after format v1 first shipped): GPU telemetry,
+    /// one row per GPU per sample, on the metrics clock. Absent when the recorder had no
+    /// GPU library (NVML) to ask.
+    Gpu,
+    /// One GPU at one sample.
+    GpuRow, "gpu" {
+        /// When the sample was read.
+        sample_ns: i64,
+        /// The GPU's index as NVML numbers them.
+        gpu: i32,
+        /// The GPU's UUID (`GPU-…`).
+        uuid: Option<String>,
+        /// Share of the last sample period the GPU ran a kernel, percent.
+        utilization_pct: Option<f64>,
+        /// Device memory in use, bytes.
+        memory_used_bytes: Option<i64>,
+        /// Power draw, watts.
+        power_w: Option<f64>,
+        /// Energy used since the driver loaded, millijoules (a counter).
+        energy_mj: Option<i64>,
+        /// Streaming-multiprocessor clock, MHz.
+        sm_clock_mhz: Option<i32>,
+        /// GPU temperature, degrees Celsius.
+        temperature_c: Option<i32>,
+        /// NVML's clock throttle reasons as a bit mask (0: not throttled).
+        throttle_reasons: Option<i64>,
+    }
+);
+
 impl RequestRow {
     /// A request about to be sent: what the recorder knows before any byte moves. Every
     /// other field is unknown (null), `end_reason` is `disconnect` until it ends.
@@ -241,8 +271,11 @@ impl Chunks {
     }
 }
 
-/// The names of every table, in documentation order.
+/// The names of every table a cell always has, in documentation order.
 pub const TABLE_NAMES: [&str; 4] = ["requests", "chunks", "metrics", "events"];
+/// The names of the tables a cell may lack (written only when there is something to
+/// write: `gpu` when the recorder read GPU telemetry).
+pub const OPTIONAL_TABLE_NAMES: [&str; 1] = ["gpu"];
 
 /// Canonical label text: pairs sorted by key (then value), `k="v"` joined by commas,
 /// with Prometheus text escaping (`\\`, `\"`, `\n`) of values. No labels gives "".

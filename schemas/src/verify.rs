@@ -10,7 +10,7 @@ use crate::manifest::{CellMeta, FileStat};
 use crate::raw::RawReader;
 use crate::reader::open_table;
 use crate::table::Table;
-use crate::tables::{Chunks, Events, Metrics, Requests};
+use crate::tables::{Chunks, Events, Gpu, Metrics, Requests};
 
 fn count_rows<T: Table>(dir: &Path) -> Result<u64> {
     let mut n = 0u64;
@@ -54,6 +54,11 @@ pub fn verify_cell(dir: &Path) -> Result<(CellMeta, CellCounts)> {
         (table_file::<Metrics>(), count_rows::<Metrics>(dir)?),
         (table_file::<Events>(), count_rows::<Events>(dir)?),
     ];
+    // Optional tables: checked when the commit mark lists them or the file is there.
+    let gpu = table_file::<Gpu>();
+    if meta.files.contains_key(&gpu) || dir.join(&gpu).exists() {
+        counts.push((gpu, count_rows::<Gpu>(dir)?));
+    }
     let mut frames = 0u64;
     for frame in RawReader::open(&dir.join(RAW_FILE))? {
         frame?;

@@ -19,7 +19,9 @@ use crate::layout::{CELL_FILE, CellKey, RAW_FILE, table_file};
 use crate::manifest::{CellMeta, FileStat, write_json};
 use crate::raw::RawWriter;
 use crate::table::Table;
-use crate::tables::{ChunkRow, Chunks, EventRow, Events, MetricRow, Metrics, RequestRow, Requests};
+use crate::tables::{
+    ChunkRow, Chunks, EventRow, Events, Gpu, GpuRow, MetricRow, Metrics, RequestRow, Requests,
+};
 use crate::{CREATED_BY, SCHEMA_VERSION, SCHEMA_VERSION_KEY, TABLE_KEY, fsutil};
 
 /// Rows buffered before they become one record batch.
@@ -213,6 +215,10 @@ pub struct CellWriter {
     pub chunks: TableWriter<Chunks>,
     pub metrics: TableWriter<Metrics>,
     pub events: TableWriter<Events>,
+    /// GPU telemetry: created with the first row, so a cell without telemetry has no
+    /// `gpu.parquet`.
+    pub gpu: Option<TableWriter<Gpu>>,
+    limits: WriterLimits,
     pub raw: RawWriter,
 }
 
@@ -239,6 +245,8 @@ impl CellWriter {
             chunks: TableWriter::with_limits(&staging.join(table_file::<Chunks>()), limits)?,
             metrics: TableWriter::with_limits(&staging.join(table_file::<Metrics>()), limits)?,
             events: TableWriter::with_limits(&staging.join(table_file::<Events>()), limits)?,
+            gpu: None,
+            limits,
             raw: RawWriter::create(&staging.join(RAW_FILE))?,
             staging,
             target,
@@ -265,6 +273,17 @@ impl CellWriter {
         self.events.push(row)
     }
 
+    pub fn push_gpu(&mut self, row: GpuRow) -> Result<()> {
+        let w = match &mut self.gpu {
+            Some(w) => w,
+            None => self.gpu.insert(TableWriter::with_limits(
+                &self.staging.join(table_file::<Gpu>()),
+                self.limits,
+            )?),
+        };
+        w.push(row)
+    }
+
     /// Finishes every file, writes the commit mark and renames the cell into place.
     pub fn commit(self) -> Result<CellMeta> {
         let CellWriter {
@@ -275,6 +294,8 @@ impl CellWriter {
             chunks,
             metrics,
             events,
+            gpu,
+            limits: _,
             raw,
         } = self;
         let mut files = std::collections::BTreeMap::new();
@@ -282,6 +303,9 @@ impl CellWriter {
         files.insert(table_file::<Chunks>(), chunks.finish()?);
         files.insert(table_file::<Metrics>(), metrics.finish()?);
         files.insert(table_file::<Events>(), events.finish()?);
+        if let Some(gpu) = gpu {
+            files.insert(table_file::<Gpu>(), gpu.finish()?);
+        }
         files.insert(RAW_FILE.to_string(), raw.finish()?);
         let meta = CellMeta {
             schema_version: SCHEMA_VERSION,

@@ -524,6 +524,7 @@ pub fn manifest(run_id: &str, cells: &[CellKey]) -> Manifest {
         },
         hardware: None,
         launch_command: None,
+        facts: Vec::new(),
         capabilities: ServerCapabilities {
             continuous_usage_stats: Some(true),
             token_counting: Some("usage".to_string()),

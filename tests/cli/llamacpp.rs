@@ -110,6 +110,7 @@ fn options(url: &str, out: &Path, endpoint: Endpoint) -> RecordOptions {
         prefill_mode: tokentrace_schemas::manifest::PrefillMode::Scout,
         progress: Default::default(),
         writers: Default::default(),
+        gpus: Default::default(),
     }
 }
 
@@ -170,6 +171,28 @@ async fn a_real_llama_cpp_server_is_recorded_and_analyzed() {
         assert_eq!(manifest.engine.name.as_deref(), Some("llama.cpp"));
         assert_eq!(manifest.capabilities.metrics, Some(true));
         assert_eq!(manifest.capabilities.tokenize.as_deref(), Some("llama.cpp"));
+        // Facts from llama.cpp's own /props: its build, the model's quantization, slots.
+        let found = |k: &str| {
+            manifest
+                .facts
+                .iter()
+                .find(|f| f.key == k)
+                .map(|f| (f.value.clone(), f.source.clone()))
+        };
+        assert!(
+            found("engine.build").is_some_and(|(v, s)| !v.is_empty() && s == "GET /props"),
+            "{:?}",
+            manifest.facts
+        );
+        assert_eq!(
+            found("engine.quantization"),
+            Some(("Q4_1".to_string(), "GET /props".to_string()))
+        );
+        assert_eq!(
+            found("engine.slots").map(|f| f.0),
+            Some("2".to_string()),
+            "--parallel 2"
+        );
 
         let (mut requests_checked, mut ttft_vs_prompt_ms) = (0, Vec::new());
         let (mut reused, mut reconnects, mut retries) = (0, 0, 0);

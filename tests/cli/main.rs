@@ -1,6 +1,8 @@
 //! End-to-end tests of the `tokentrace` command line, one binary:
 //! - `cache`: a second run against the same server prefills cold (per-run prompt nonce);
 //! - `check`: a sound run passes; damaged, incomplete and missing cells are named and fail;
+//! - `gpu`: GPU telemetry from a simulated box behind the NVML trait gives power and
+//!   tokens-per-joule figures; without NVML the report says so; found facts reach the report;
 //! - `inputs`: bad command lines exit 2 before anything is written; an all-skipped run is a valid folder;
 //! - `llamacpp`: a real llama.cpp server recorded over both endpoints and analyzed;
 //! - `record`: recording the simulator: ground truth agrees, a killed run resumes, no secret on disk;
@@ -15,6 +17,7 @@
 
 mod cache;
 mod check;
+mod gpu;
 mod inputs;
 mod llamacpp;
 mod record;

@@ -49,6 +49,7 @@ pub fn options(target: &str, out: &Path) -> RecordOptions {
         prefill_mode: tokentrace_schemas::manifest::PrefillMode::Scout,
         progress: Default::default(),
         writers: Default::default(),
+        gpus: Default::default(),
     }
 }
 

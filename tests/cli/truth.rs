@@ -66,6 +66,7 @@ fn options(target: String, out: &std::path::Path) -> RecordOptions {
         prefill_mode: tokentrace_schemas::manifest::PrefillMode::Scout,
         progress: Default::default(),
         writers: Default::default(),
+        gpus: Default::default(),
     }
 }
 

@@ -134,6 +134,11 @@ pub fn decode(v: &DecodeView, rules: &RuleSet) -> Figures {
         .late_tick_ms
         .and_then(|ms| v.late_tick_share(ms));
     f.total_tok_s = (window_ns > 0).then(|| f.output_tokens as f64 / window_s);
+    f.gpu_power_w = v.gpu_power_w();
+    f.tokens_per_joule = match (f.total_tok_s, f.gpu_power_w) {
+        (Some(rate), Some(w)) if w > 0.0 => Some(rate / w),
+        _ => None,
+    };
     let (mut ttft, mut tbt, mut rate, mut e2e) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     let mut count = 0;
     for s in scored(v, rules) {

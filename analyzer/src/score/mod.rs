@@ -127,6 +127,8 @@ pub fn score_loaded(run: &Run, rules: &RuleSet) -> Result<(Scoring, load::Loaded
             token_counting: m.capabilities.token_counting.clone(),
             server_metrics: m.capabilities.metrics,
             prefill_mode: prefill_mode.as_str().to_string(),
+            facts: m.facts.clone(),
+            gpu_telemetry: !loaded.gpu.is_empty(),
         },
         cells: cells.into_values().collect(),
     };

@@ -105,6 +105,8 @@ pub struct DecodeView<'a> {
     /// Repetitions of at least the shorter of the loop and suspect spans, per stream
     /// and channel the loop rules look at.
     pub repeats: Vec<Repeats<'a>>,
+    /// GPU telemetry over the whole cell, in time order (empty without it).
+    pub gpu: &'a [tokentrace_schemas::tables::GpuRow],
 }
 
 impl<'a> DecodeView<'a> {
@@ -158,7 +160,47 @@ impl<'a> DecodeView<'a> {
                 .unwrap_or(&[]),
             streams,
             repeats,
+            gpu: loaded.gpu.get(&key).map(Vec::as_slice).unwrap_or(&[]),
         })
+    }
+
+    /// The GPUs' mean power draw over the window, watts, summed over GPUs. Per GPU: its
+    /// energy counter's increase between its first and last sample inside the window
+    /// over the time between them; without two such readings, the mean of its power
+    /// samples inside the window. `None` without telemetry inside the window.
+    pub fn gpu_power_w(&self) -> Option<f64> {
+        let inside: Vec<&tokentrace_schemas::tables::GpuRow> = self
+            .gpu
+            .iter()
+            .filter(|r| r.sample_ns >= self.open && r.sample_ns <= self.close)
+            .collect();
+        let mut gpus: Vec<i32> = inside.iter().map(|r| r.gpu).collect();
+        gpus.sort_unstable();
+        gpus.dedup();
+        let mut total = None;
+        for g in gpus {
+            let rows: Vec<_> = inside.iter().filter(|r| r.gpu == g).collect();
+            let counters: Vec<(i64, i64)> = rows
+                .iter()
+                .filter_map(|r| r.energy_mj.map(|e| (r.sample_ns, e)))
+                .collect();
+            let from_energy = match (counters.first(), counters.last()) {
+                (Some(&(t0, e0)), Some(&(t1, e1))) if t1 > t0 && e1 >= e0 => {
+                    Some((e1 - e0) as f64 / 1e3 / ((t1 - t0) as f64 / 1e9))
+                }
+                _ => None,
+            };
+            let power: Vec<f64> = rows
+                .iter()
+                .filter_map(|r| r.power_w)
+                .filter(|p| p.is_finite())
+                .collect();
+            let mean = (!power.is_empty()).then(|| power.iter().sum::<f64>() / power.len() as f64);
+            if let Some(w) = from_energy.or(mean) {
+                *total.get_or_insert(0.0) += w;
+            }
+        }
+        total
     }
 
     pub fn window_ns(&self) -> i64 {

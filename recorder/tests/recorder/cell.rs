@@ -40,6 +40,7 @@ fn ctx(sim: &SimServer) -> RunCtx {
         counting: TokenCounting::TokenIds,
         tokens: Default::default(),
         writers: Default::default(),
+        gpus: None,
     }
 }
 

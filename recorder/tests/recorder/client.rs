@@ -108,8 +108,8 @@ async fn record_on(
                 }
                 Record::Request(q) => request = Some(*q),
                 Record::Event(e) => notes.extend(e.detail),
-                Record::Metrics(_) | Record::Commit => {
-                    panic!("a request sends no metrics or commits")
+                Record::Metrics(_) | Record::Gpu(_) | Record::Commit => {
+                    panic!("a request sends no metrics, GPU samples or commits")
                 }
             }
         }

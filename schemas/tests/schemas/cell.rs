@@ -129,3 +129,52 @@ fn labels_are_canonical() {
         "engine=\"0\",model_name=\"a\\\"b\\\\c\\nd\""
     );
 }
+
+/// GPU telemetry is an optional table: a cell without it has no `gpu.parquet` and its
+/// commit mark does not list one; a cell with it round-trips, nulls included, and the
+/// full verification counts it.
+#[test]
+fn the_gpu_table_is_written_only_when_there_is_telemetry() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let run = dir.path();
+    let without = CellKey::new(Phase::Decode, 1024, 1);
+    let meta = CellWriter::create(run, without)
+        .expect("create")
+        .commit()
+        .expect("commit");
+    assert!(!meta.files.contains_key("gpu.parquet"));
+    assert!(!without.dir(run).join("gpu.parquet").exists());
+    let (_, counts) = tokentrace_schemas::verify::verify_cell(&without.dir(run)).expect("verify");
+    assert!(counts.iter().all(|(name, _)| name != "gpu.parquet"));
+
+    let with = CellKey::new(Phase::Decode, 1024, 2);
+    let rows: Vec<GpuRow> = (0..6)
+        .map(|i| GpuRow {
+            sample_ns: 1_000_000_000 * (i / 2),
+            gpu: (i % 2) as i32,
+            uuid: Some(format!("GPU-{}", i % 2)),
+            utilization_pct: (i != 3).then_some(97.5),
+            memory_used_bytes: Some(130 << 30),
+            power_w: Some(612.25 + i as f64),
+            energy_mj: (i != 0).then_some(5_000_000 + 600_000 * i),
+            sm_clock_mhz: Some(1980),
+            temperature_c: Some(61),
+            throttle_reasons: Some(if i == 5 { 0x4 } else { 0 }),
+        })
+        .collect();
+    let mut w = CellWriter::create(run, with).expect("create");
+    for r in rows.clone() {
+        w.push_gpu(r).expect("gpu row");
+    }
+    let meta = w.commit().expect("commit");
+    assert_eq!(meta.files["gpu.parquet"].rows, 6);
+    assert_eq!(
+        read_table::<Gpu>(&with.dir(run).join("gpu.parquet")).expect("gpu"),
+        rows
+    );
+    let (_, counts) = tokentrace_schemas::verify::verify_cell(&with.dir(run)).expect("verify");
+    assert!(
+        counts.contains(&("gpu.parquet".to_string(), 6)),
+        "{counts:?}"
+    );
+}

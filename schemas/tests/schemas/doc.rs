@@ -71,6 +71,7 @@ fn format_md_matches_code() {
         (Chunks::NAME.to_string(), coded::<Chunks>()),
         (Metrics::NAME.to_string(), coded::<Metrics>()),
         (Events::NAME.to_string(), coded::<Events>()),
+        (Gpu::NAME.to_string(), coded::<Gpu>()),
     ]
     .into();
     assert_eq!(
@@ -135,7 +136,7 @@ fn format_md_lists_every_value() {
 fn the_doc_parser_sees_the_columns() {
     // Guards the test above against a parser that finds nothing and so passes vacuously.
     let doc = documented();
-    assert_eq!(doc.len(), 4);
+    assert_eq!(doc.len(), 5);
     assert!(
         doc["chunks"]
             .iter()

@@ -1,0 +1,286 @@
+//! The engine's facts as the server reports them: vLLM's `/version` and its metrics'
+//! `*_info` series, SGLang's `/get_server_info`, TGI's `/info`, llama.cpp's `/props`.
+//! Each answer maps to the manifest's `engine.*` keys (FORMAT.md), with its source.
+
+use serde_json::Value;
+use tokentrace_schemas::manifest::Fact;
+use tokentrace_schemas::tables::{MetricRow, MetricType};
+
+/// A JSON scalar as text; `None` for null, empty strings, arrays and objects.
+fn scalar(v: &Value) -> Option<String> {
+    match v {
+        Value::String(s) if !s.trim().is_empty() && s != "None" => Some(s.trim().to_string()),
+        Value::Number(n) => Some(n.to_string()),
+        Value::Bool(b) => Some(b.to_string()),
+        _ => None,
+    }
+}
+
+/// Facts from the fields of `obj` named in `map` (JSON pointer, fact key).
+fn pick(obj: &Value, map: &[(&str, &str)], source: &str) -> Vec<Fact> {
+    map.iter()
+        .filter_map(|(pointer, key)| {
+            obj.pointer(pointer)
+                .and_then(scalar)
+                .map(|v| Fact::new(*key, v, source))
+        })
+        .collect()
+}
+
+/// `GET /version` (vLLM: `{"version": …}`; the simulator adds its build).
+pub fn from_version(v: &Value) -> Vec<Fact> {
+    pick(
+        v,
+        &[
+            ("/version", "engine.version"),
+            ("/build", "engine.build"),
+            ("/commit", "engine.commit"),
+        ],
+        "GET /version",
+    )
+}
+
+/// SGLang's `GET /get_server_info`: its server arguments and version.
+pub fn from_sglang(v: &Value) -> Vec<Fact> {
+    pick(
+        v,
+        &[
+            ("/version", "engine.version"),
+            ("/quantization", "engine.quantization"),
+            ("/dtype", "engine.dtype"),
+            ("/kv_cache_dtype", "engine.kv_cache_dtype"),
+            ("/context_length", "engine.max_model_len"),
+            ("/tp_size", "engine.tensor_parallel"),
+            ("/pp_size", "engine.pipeline_parallel"),
+            ("/dp_size", "engine.data_parallel"),
+            ("/model_path", "engine.model_path"),
+        ],
+        "GET /get_server_info",
+    )
+}
+
+/// TGI's `GET /info`.
+pub fn from_tgi(v: &Value) -> Vec<Fact> {
+    pick(
+        v,
+        &[
+            ("/version", "engine.version"),
+            ("/sha", "engine.commit"),
+            ("/docker_label", "engine.build"),
+            ("/model_dtype", "engine.dtype"),
+            ("/max_total_tokens", "engine.max_model_len"),
+            ("/model_id", "engine.model_path"),
+        ],
+        "GET /info",
+    )
+}
+
+/// llama.cpp's `GET /props`.
+pub fn from_llamacpp(v: &Value) -> Vec<Fact> {
+    pick(
+        v,
+        &[
+            ("/build_info", "engine.build"),
+            ("/model_ftype", "engine.quantization"),
+            ("/model_path", "engine.model_path"),
+            ("/total_slots", "engine.slots"),
+            ("/default_generation_settings/n_ctx", "engine.max_model_len"),
+        ],
+        "GET /props",
+    )
+}
+
+/// The labels of the metrics' `*_info` gauges (value 1 by convention), e.g. vLLM's
+/// `vllm:cache_config_info{block_size="16",cache_dtype="auto",…}`: each label becomes
+/// `engine.<label>`, a few under the manifest's common names.
+pub fn from_info_series(rows: &[MetricRow]) -> Vec<Fact> {
+    let mut out = Vec::new();
+    for r in rows.iter().filter(|r| {
+        r.family.ends_with("_info")
+            && matches!(r.metric_type, MetricType::Gauge | MetricType::Untyped)
+    }) {
+        for (label, value) in split_labels(&r.labels) {
+            if value.is_empty() || value == "None" {
+                continue;
+            }
+            let key = match label.as_str() {
+                "cache_dtype" | "kv_cache_dtype" => "engine.kv_cache_dtype".to_string(),
+                "quantization" => "engine.quantization".to_string(),
+                "dtype" => "engine.dtype".to_string(),
+                "max_model_len" => "engine.max_model_len".to_string(),
+                "tensor_parallel_size" => "engine.tensor_parallel".to_string(),
+                "pipeline_parallel_size" => "engine.pipeline_parallel".to_string(),
+                "data_parallel_size" => "engine.data_parallel".to_string(),
+                "version" => "engine.version".to_string(),
+                other => format!("engine.{other}"),
+            };
+            out.push(Fact::new(key, value, format!("metrics {}", r.family)));
+        }
+    }
+    out
+}
+
+/// Canonical label text (`k="v",…`, Prometheus escaping) back into pairs.
+fn split_labels(text: &str) -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    let mut chars = text.chars().peekable();
+    while chars.peek().is_some() {
+        let key: String = chars.by_ref().take_while(|c| *c != '=').collect();
+        if chars.next() != Some('"') {
+            break;
+        }
+        let mut value = String::new();
+        while let Some(c) = chars.next() {
+            match c {
+                '\\' => match chars.next() {
+                    Some('n') => value.push('\n'),
+                    Some(e) => value.push(e),
+                    None => break,
+                },
+                '"' => break,
+                c => value.push(c),
+            }
+        }
+        out.push((key.trim().to_string(), value));
+        if chars.peek() == Some(&',') {
+            chars.next();
+        }
+    }
+    out
+}
+
+/// Keeps the first fact of each key (sources are given in order of trust) and sorts
+/// by key.
+pub fn merge(facts: impl IntoIterator<Item = Fact>) -> Vec<Fact> {
+    let mut out: Vec<Fact> = Vec::new();
+    for f in facts {
+        if !out.iter().any(|o| o.key == f.key) {
+            out.push(f);
+        }
+    }
+    out.sort();
+    out
+}
+
+/// `--describe key=value` pairs replace the facts of the same key (source
+/// `--describe`); other keys are left to the manifest's `hardware` and details.
+pub fn apply_describe(facts: Vec<Fact>, describe: &[(String, String)]) -> Vec<Fact> {
+    let given: Vec<Fact> = describe
+        .iter()
+        .filter(|(k, _)| {
+            k.starts_with("host.") || k.starts_with("gpu.") || k.starts_with("engine.")
+        })
+        .map(|(k, v)| Fact::new(k.clone(), v.clone(), "--describe"))
+        .collect();
+    merge(given.into_iter().chain(facts))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn get<'a>(facts: &'a [Fact], key: &str) -> Option<(&'a str, &'a str)> {
+        facts
+            .iter()
+            .find(|f| f.key == key)
+            .map(|f| (f.value.as_str(), f.source.as_str()))
+    }
+
+    #[test]
+    fn each_engines_answer_maps_to_the_common_keys() {
+        let sg = from_sglang(&json!({
+            "version": "0.5.4", "tp_size": 4, "dp_size": 1, "quantization": null,
+            "kv_cache_dtype": "fp8_e5m2", "context_length": 131072, "model_path": "/m"
+        }));
+        assert_eq!(
+            get(&sg, "engine.version"),
+            Some(("0.5.4", "GET /get_server_info"))
+        );
+        assert_eq!(
+            get(&sg, "engine.tensor_parallel"),
+            Some(("4", "GET /get_server_info"))
+        );
+        assert_eq!(get(&sg, "engine.quantization"), None, "null is no fact");
+        assert_eq!(
+            get(&sg, "engine.max_model_len").map(|f| f.0),
+            Some("131072")
+        );
+        let tgi = from_tgi(
+            &json!({"version": "3.3.6", "sha": "abc123", "model_dtype": "torch.bfloat16", "max_total_tokens": 8192}),
+        );
+        assert_eq!(get(&tgi, "engine.commit"), Some(("abc123", "GET /info")));
+        let ll = from_llamacpp(
+            &json!({"build_info": "b6123-ae5c1ab", "model_ftype": "Q4_1", "total_slots": 3, "default_generation_settings": {"n_ctx": 2730}}),
+        );
+        assert_eq!(
+            get(&ll, "engine.quantization"),
+            Some(("Q4_1", "GET /props"))
+        );
+        assert_eq!(
+            get(&ll, "engine.build"),
+            Some(("b6123-ae5c1ab", "GET /props"))
+        );
+        assert_eq!(get(&ll, "engine.max_model_len").map(|f| f.0), Some("2730"));
+        assert_eq!(
+            get(
+                &from_version(&json!({"version": "0.11.2"})),
+                "engine.version"
+            ),
+            Some(("0.11.2", "GET /version"))
+        );
+    }
+
+    #[test]
+    fn info_series_labels_become_facts() {
+        let rows = crate::scrape::parse_exposition(
+            "# TYPE vllm:cache_config_info gauge\n\
+             vllm:cache_config_info{block_size=\"16\",cache_dtype=\"fp8\",enable_prefix_caching=\"True\",quantization=\"None\",model=\"a\\\"b\"} 1.0\n\
+             # TYPE vllm:num_requests_running gauge\nvllm:num_requests_running{model_name=\"x\"} 3\n",
+            0,
+            0,
+        )
+        .expect("parse");
+        let f = from_info_series(&rows);
+        assert_eq!(
+            get(&f, "engine.kv_cache_dtype"),
+            Some(("fp8", "metrics vllm:cache_config_info"))
+        );
+        assert_eq!(get(&f, "engine.block_size").map(|f| f.0), Some("16"));
+        assert_eq!(
+            get(&f, "engine.enable_prefix_caching").map(|f| f.0),
+            Some("True")
+        );
+        assert_eq!(
+            get(&f, "engine.model").map(|f| f.0),
+            Some("a\"b"),
+            "escapes undone"
+        );
+        assert_eq!(get(&f, "engine.quantization"), None, "\"None\" is no fact");
+        assert!(
+            f.iter().all(|f| f.key != "engine.model_name"),
+            "only *_info series"
+        );
+    }
+
+    #[test]
+    fn first_source_wins_and_describe_overrides() {
+        let merged = merge([
+            Fact::new("engine.version", "1", "GET /version"),
+            Fact::new("engine.version", "2", "metrics x_info"),
+            Fact::new("engine.build", "b", "GET /props"),
+        ]);
+        assert_eq!(merged.len(), 2);
+        assert_eq!(get(&merged, "engine.version").map(|f| f.0), Some("1"));
+        assert_eq!(merged[0].key, "engine.build", "sorted by key");
+        let described = apply_describe(
+            merged,
+            &[
+                ("engine.version".into(), "9".into()),
+                ("hardware".into(), "x".into()),
+            ],
+        );
+        assert_eq!(get(&described, "engine.version"), Some(("9", "--describe")));
+        assert!(described.iter().all(|f| f.key != "hardware"));
+    }
+}
