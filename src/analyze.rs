@@ -21,9 +21,9 @@ fn format(s: &str) -> Result<Format, String> {
 /// Arguments of `tokentrace report`.
 #[derive(Debug, clap::Args)]
 pub struct ReportArgs {
-    /// The run folder (the one holding manifest.json); with --format html, several run
-    /// folders give one page with each run's matrix and ratio heat maps against the
-    /// first.
+    /// The run folder (the one holding manifest.json), or its object-store URL
+    /// (s3://bucket/prefix, file:///path); with --format html, several runs give one
+    /// page with each run's matrix and ratio heat maps against the first.
     #[arg(required = true)]
     pub runs: Vec<PathBuf>,
     /// Rule set: a TOML file, or a built-in name (default, reference, reference@0.6.2).
@@ -41,7 +41,8 @@ pub struct ReportArgs {
 /// Arguments of `tokentrace rescore`.
 #[derive(Debug, clap::Args)]
 pub struct RescoreArgs {
-    /// Run folders to score; each gets RUN/results/<name>@<version>.json.
+    /// Run folders (or object-store URLs) to score; each gets
+    /// RUN/results/<name>@<version>.json (in the store, for a URL).
     #[arg(required = true)]
     pub runs: Vec<PathBuf>,
     /// Rule set: a TOML file, or a built-in name (default, reference, reference@0.6.2).
@@ -52,7 +53,8 @@ pub struct RescoreArgs {
 /// Arguments of `tokentrace diff`.
 #[derive(Debug, clap::Args)]
 pub struct DiffArgs {
-    /// A run folder, or a scoring written by `rescore` (RUN/results/NAME@VERSION.json).
+    /// A run folder or object-store URL, or a scoring written by `rescore`
+    /// (RUN/results/NAME@VERSION.json).
     pub a: PathBuf,
     /// The other side, likewise.
     pub b: PathBuf,
@@ -80,7 +82,7 @@ fn scored(run: &Path, rules: &RuleSet) -> anyhow::Result<Scoring> {
 
 /// Tells on stderr which cells could not be scored because their folder is damaged or
 /// incomplete; true when there were any.
-fn report_damage(run: &Path, s: &Scoring) -> bool {
+fn report_damage(run: &crate::remote::LocalRun, s: &Scoring) -> bool {
     let bad: Vec<_> = s
         .cells
         .iter()
@@ -89,7 +91,7 @@ fn report_damage(run: &Path, s: &Scoring) -> bool {
     for c in &bad {
         eprintln!(
             "tokentrace: {}: cell {} context={} concurrency={} not scored: {}",
-            run.display(),
+            run.shown,
             c.phase,
             c.context,
             c.concurrency,
@@ -126,8 +128,9 @@ pub fn report(args: &ReportArgs) -> anyhow::Result<ExitCode> {
         let mut sides = Vec::new();
         let mut damaged = false;
         for (i, run) in args.runs.iter().enumerate() {
-            let s = scored(run, &rules)?;
-            damaged |= report_damage(run, &s);
+            let run = crate::remote::local(run)?;
+            let s = scored(run.dir(), &rules)?;
+            damaged |= report_damage(&run, &s);
             sides.push((format!("run {}", i + 1), s));
         }
         write_out(
@@ -140,7 +143,8 @@ pub fn report(args: &ReportArgs) -> anyhow::Result<ExitCode> {
             ExitCode::SUCCESS
         });
     }
-    let run_dir = args.runs.first().context("no run folder given")?;
+    let given = crate::remote::local(args.runs.first().context("no run folder given")?)?;
+    let run_dir = given.dir();
     let (s, text) = if args.format == Format::Html {
         // The page's drill-downs draw each cell's trace from the load the scoring used.
         let run = tokentrace_analyzer::Run::open(run_dir)
@@ -157,7 +161,7 @@ pub fn report(args: &ReportArgs) -> anyhow::Result<ExitCode> {
         (s, text)
     };
     write_out(args.out.as_deref(), &text)?;
-    Ok(if report_damage(run_dir, &s) {
+    Ok(if report_damage(&given, &s) {
         ExitCode::FAILURE
     } else {
         ExitCode::SUCCESS
@@ -173,20 +177,24 @@ pub fn results_path(run: &Path, rules: &RuleSet) -> PathBuf {
 pub fn rescore(args: &RescoreArgs, out: &mut impl Write) -> anyhow::Result<ExitCode> {
     let rules = rules(&args.rules)?;
     let mut damaged = false;
-    for run in &args.runs {
+    for given in &args.runs {
+        let local = crate::remote::local(given)?;
+        let run = local.dir();
         let s = scored(run, &rules)?;
-        damaged |= report_damage(run, &s);
+        damaged |= report_damage(&local, &s);
         let path = results_path(run, &rules);
         let dir = run.join("results");
         std::fs::create_dir_all(&dir)
             .with_context(|| format!("cannot create {}", dir.display()))?;
         write_out(Some(&path), &render::json(&s))?;
+        // A stored run gets its scoring back in the store, next to its trace.
+        let written = crate::remote::upload_back(&local, &path)?;
         let count = |v: Verdict| s.cells.iter().filter(|c| c.verdict == Some(v)).count();
         let unscored = s.cells.iter().filter(|c| c.verdict.is_none()).count();
         writeln!(
             out,
             "{}: {} cells: {} valid, {} requests queued, {} looped, {} error, {} not scored",
-            path.display(),
+            written,
             s.cells.len(),
             count(Verdict::Valid),
             count(Verdict::RequestsQueued),
@@ -204,7 +212,10 @@ pub fn rescore(args: &RescoreArgs, out: &mut impl Write) -> anyhow::Result<ExitC
 }
 
 fn side(path: &Path, rules_spec: &str) -> anyhow::Result<Scoring> {
-    if path.is_dir() {
+    if tokentrace_recorder::store::is_url(&path.display().to_string()) {
+        let local = crate::remote::local(path)?;
+        scored(local.dir(), &rules(rules_spec)?)
+    } else if path.is_dir() {
         scored(path, &rules(rules_spec)?)
     } else if path.is_file() {
         Ok(diff::read_scoring(path)?)

@@ -16,7 +16,8 @@ use tokentrace_schemas::verify::verify_cell;
 /// Arguments of `tokentrace check`.
 #[derive(Debug, clap::Args)]
 pub struct CheckArgs {
-    /// The run folder (the one holding manifest.json).
+    /// The run folder (the one holding manifest.json), or its object-store URL
+    /// (s3://bucket/prefix, file:///path).
     pub run: PathBuf,
 }
 

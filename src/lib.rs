@@ -3,6 +3,7 @@
 
 pub mod analyze;
 pub mod check;
+pub mod remote;
 pub mod reparse;
 pub mod sim;
 
@@ -63,7 +64,13 @@ pub struct RecordCmd {
 /// [`UsageError`](tokentrace_recorder::cli::UsageError): exit code 2.
 pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
-        Command::Check(args) => Ok(check::run(&args, &mut std::io::stdout().lock())?.exit_code()),
+        Command::Check(args) => {
+            let run = remote::local(&args.run)?;
+            let local = check::CheckArgs {
+                run: run.dir().to_path_buf(),
+            };
+            Ok(check::run(&local, &mut std::io::stdout().lock())?.exit_code())
+        }
         Command::Sim(args) => sim::run(&args).map(|()| ExitCode::SUCCESS),
         Command::Record(args) => record(&args),
         Command::Report(args) => analyze::report(&args),

@@ -98,6 +98,12 @@ pub struct RecordArgs {
     /// loads; none otherwise, and the manifest says why) or `off`.
     #[arg(long, value_parser = ["auto", "off"], default_value = "auto")]
     pub gpu_telemetry: String,
+    /// Upload each cell as it commits, and the manifest, to this object store:
+    /// `s3://bucket/prefix` (credentials, region and endpoint from the AWS_* environment
+    /// variables only) or `file:///path`. With --resume into a folder without a run, the
+    /// run is continued from there (a new box after the old one died).
+    #[arg(long)]
+    pub upload: Option<String>,
     /// File holding the server's launch command; secrets in it are redacted.
     #[arg(long)]
     pub launch_command_file: Option<PathBuf>,
@@ -183,6 +189,9 @@ impl RecordArgs {
             return Err(UsageError(
                 "--max-tokens 0: each decode request must ask for at least one token".to_string(),
             ));
+        }
+        if let Some(url) = &self.upload {
+            crate::store::RunStore::open(url).map_err(|e| UsageError(format!("--upload {e}")))?;
         }
         if self.contexts.as_ref().is_some_and(Vec::is_empty) {
             return Err(UsageError(
@@ -276,6 +285,7 @@ impl RecordArgs {
             prefill_mode: self.prefill_mode,
             progress: Default::default(),
             writers: Default::default(),
+            upload: self.upload.clone(),
             gpus: if self.gpu_telemetry == "off" {
                 runner::GpuChoice::Off
             } else {

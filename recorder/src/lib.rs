@@ -15,6 +15,7 @@ pub mod probe;
 pub mod prompt;
 pub mod runner;
 pub mod scrape;
+pub mod store;
 
 pub use tokentrace_schemas as schemas;
 pub use tokentrace_wire as wire;

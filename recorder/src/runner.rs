@@ -67,6 +67,9 @@ pub struct RecordOptions {
     pub writers: Arc<cell::Writers>,
     /// Where GPU facts and telemetry come from.
     pub gpus: GpuChoice,
+    /// Object-store URL each committed cell and the manifest are uploaded to
+    /// (`--upload`); a `--resume` into a folder without a run downloads it from there.
+    pub upload: Option<String>,
 }
 
 /// Where GPU facts and telemetry come from.
@@ -111,6 +114,12 @@ pub enum RecordError {
     },
     #[error("cannot build the HTTP client: {0}")]
     Client(String),
+    #[error(transparent)]
+    Store(#[from] crate::store::StoreError),
+    #[error(
+        "the run is complete in {0}, but uploading it failed: {1}; `--resume` with the same --out and --upload sends the rest"
+    )]
+    Upload(PathBuf, String),
 }
 
 fn cell_list(opts: &RecordOptions, limit: Option<u32>, source: Option<&str>) -> Vec<CellEntry> {
@@ -232,6 +241,25 @@ pub async fn record(
     opts: &RecordOptions,
     mut progress: impl FnMut(Progress),
 ) -> Result<Manifest, RecordError> {
+    // Uploads: a resume into a folder without a run continues the run in the store
+    // (a new box after the old one died): its complete cells come down first.
+    let store = match &opts.upload {
+        Some(url) => Some(crate::store::RunStore::open(url)?),
+        None => None,
+    };
+    let manifest_path = opts.out.join(tokentrace_schemas::layout::MANIFEST_FILE);
+    if let Some(store) = &store
+        && opts.resume
+        && !manifest_path.exists()
+        && store.has_run().await?
+    {
+        let n = store.download_run(&opts.out).await?;
+        progress(Progress::Line(format!(
+            "resuming {}: {n} complete cells downloaded into {}",
+            store.url(),
+            opts.out.display()
+        )));
+    }
     // A resumed folder without a manifest was stopped before anything was recorded in
     // it: the run starts afresh there.
     let resume = opts.resume
@@ -389,6 +417,12 @@ pub async fn record(
     let nonce = nonce(&clock);
     manifest.config.prompt_nonces.push(nonce.clone());
     manifest.write(&opts.out)?;
+    // The store gets the manifest, and whatever complete cells it lacks (a resumed
+    // run's earlier uploads may have been cut short).
+    let mut upload_failed = None;
+    if let Some(store) = &store {
+        upload_failed = sync(store, &opts.out, &mut progress).await;
+    }
     // A resumed run keeps the endpoint it was recorded with.
     let transport = if manifest.config.endpoint == opts.endpoint {
         transport
@@ -571,8 +605,43 @@ pub async fn record(
             ));
         }
         manifest.write(&opts.out)?;
+        // Uploaded before the next cell starts, so the upload's traffic and CPU do not
+        // share a measurement window; a failed upload is tried again after each cell.
+        if let Some(store) = &store {
+            upload_failed = sync(store, &opts.out, &mut progress).await;
+        }
+    }
+    if let Some(why) = upload_failed {
+        return Err(RecordError::Upload(opts.out.clone(), why));
     }
     Ok(manifest)
+}
+
+/// Uploads the complete cells the store lacks and the manifest; on failure, says so
+/// and returns why (the recording goes on: everything is on the local disk).
+async fn sync(
+    store: &crate::store::RunStore,
+    run: &std::path::Path,
+    progress: &mut impl FnMut(Progress),
+) -> Option<String> {
+    match store.sync(run).await {
+        Ok(0) => None,
+        Ok(n) => {
+            progress(Progress::Line(format!(
+                "uploaded {n} cell{} to {}",
+                if n == 1 { "" } else { "s" },
+                store.url()
+            )));
+            None
+        }
+        Err(e) => {
+            progress(Progress::Line(format!(
+                "upload to {} failed (tried again after the next cell): {e}",
+                store.url()
+            )));
+            Some(e.to_string())
+        }
+    }
 }
 
 /// Parses a context list like `8K,16K,1000` (K = 1,024 tokens).

@@ -111,6 +111,7 @@ fn options(url: &str, out: &Path, endpoint: Endpoint) -> RecordOptions {
         progress: Default::default(),
         writers: Default::default(),
         gpus: Default::default(),
+        upload: None,
     }
 }
 

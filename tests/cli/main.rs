@@ -11,6 +11,8 @@
 //!   capture, reports unchanged; other token-counting policies count as they say;
 //! - `report`: golden reports byte for byte, rescore + diff of a one-threshold change,
 //!   bad input named with a non-zero exit;
+//! - `store`: a run uploaded to a real S3 server (moto), its recorder killed, resumed from
+//!   the bucket on a fresh folder, checked and reported by URL byte for byte;
 //! - `truth`: the analyzer's figures agree within 1% with the simulator's ground truth;
 //!   without server metrics, client-side evidence is used and the report says so;
 //! - `sim`: the simulator subcommand starts, says where it listens, serves, and refuses bad profiles.
@@ -25,4 +27,5 @@ mod refusals;
 mod reparse;
 mod report;
 mod sim;
+mod store;
 mod truth;

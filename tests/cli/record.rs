@@ -50,6 +50,7 @@ pub fn options(target: &str, out: &Path) -> RecordOptions {
         progress: Default::default(),
         writers: Default::default(),
         gpus: Default::default(),
+        upload: None,
     }
 }
 

@@ -67,6 +67,7 @@ fn options(target: String, out: &std::path::Path) -> RecordOptions {
         progress: Default::default(),
         writers: Default::default(),
         gpus: Default::default(),
+        upload: None,
     }
 }
 

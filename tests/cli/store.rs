@@ -1,0 +1,279 @@
+//! Runs streamed to a real S3-compatible server (PyPI's `moto`, started here; installed
+//! by fixtures/s3/install.sh, which CI runs): record with `--upload`, kill -9 the
+//! recorder mid-run, resume from the bucket on a fresh folder, then `check` and
+//! `report` the bucket's run by its URL: the report is byte-identical to the local
+//! copy's, and the credentials reach no file and no output. Skipped when
+//! `TOKENTRACE_MOTO_PYTHON` is unset, except under CI, where that is a failure.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use tokentrace_recorder::store::RunStore;
+use tokentrace_sim::{Profile, SimServer};
+
+const KEY_ID: &str = "tokentrace-test-key";
+const SECRET: &str = "tokentrace-test-secret-9f8e7d";
+
+/// The moto server, stopped on drop.
+struct Moto {
+    child: Child,
+    url: String,
+}
+
+impl Drop for Moto {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free port")
+}
+
+async fn moto(python: &str) -> Moto {
+    let port = free_port();
+    let child = Command::new(python)
+        .args([
+            "-m",
+            "moto.server",
+            "-H",
+            "127.0.0.1",
+            "-p",
+            &port.to_string(),
+        ])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start moto");
+    let m = Moto {
+        child,
+        url: format!("http://127.0.0.1:{port}"),
+    };
+    let client = reqwest::Client::new();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while client.get(&m.url).send().await.is_err() {
+        assert!(Instant::now() < deadline, "moto did not start");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    m
+}
+
+fn aws(moto: &Moto) -> Vec<(String, String)> {
+    [
+        ("AWS_ACCESS_KEY_ID", KEY_ID),
+        ("AWS_SECRET_ACCESS_KEY", SECRET),
+        ("AWS_REGION", "us-east-1"),
+        ("AWS_ENDPOINT", moto.url.as_str()),
+        ("AWS_ALLOW_HTTP", "true"),
+    ]
+    .iter()
+    .map(|(k, v)| (k.to_string(), v.to_string()))
+    .collect()
+}
+
+fn tokentrace(args: &[&str], env: &[(String, String)]) -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_tokentrace"));
+    c.args(args).envs(env.iter().map(|(k, v)| (k, v)));
+    c
+}
+
+fn record_args<'a>(target: &'a str, out: &'a str, url: &'a str) -> Vec<&'a str> {
+    vec![
+        "record",
+        "--target",
+        target,
+        "--out",
+        out,
+        "--upload",
+        url,
+        "--contexts",
+        "512",
+        "--concurrency",
+        "1,2,3,4,5",
+        "--duration",
+        "1s",
+        "--max-tokens",
+        "200",
+        "--metrics-interval",
+        "200ms",
+        "--gpu-telemetry",
+        "off",
+    ]
+}
+
+fn complete_local(run: &Path) -> usize {
+    tokentrace_schemas::layout::list_cells(run).map_or(0, |c| {
+        c.iter()
+            .filter(|(_, d)| d.join("cell.json").exists())
+            .count()
+    })
+}
+
+fn ok(out: &Output, what: &str) -> String {
+    assert!(
+        out.status.success(),
+        "{what}: {}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout.clone()).expect("utf-8")
+}
+
+/// Every file under `dir`, recursively.
+fn files(dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).into_iter().flatten().flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                stack.push(p);
+            } else {
+                out.push(p);
+            }
+        }
+    }
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_survives_its_box_through_the_bucket() {
+    let Ok(python) = std::env::var("TOKENTRACE_MOTO_PYTHON") else {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "CI must run the object-storage test: TOKENTRACE_MOTO_PYTHON is unset (fixtures/s3/install.sh)"
+        );
+        eprintln!("skipped: TOKENTRACE_MOTO_PYTHON is unset (run fixtures/s3/install.sh)");
+        return;
+    };
+    let moto = moto(&python).await;
+    let env = aws(&moto);
+    let created = reqwest::Client::new()
+        .put(format!("{}/runs", moto.url))
+        .send()
+        .await
+        .expect("create bucket");
+    assert!(created.status().is_success(), "{}", created.status());
+    let sim = SimServer::start(
+        Profile::load("tiny").expect("tiny"),
+        "127.0.0.1:0".parse().expect("addr"),
+    )
+    .await
+    .expect("sim");
+    let target = sim.url();
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let (first, second) = (tmp.path().join("box-1"), tmp.path().join("box-2"));
+    let url = "s3://runs/h200/nightly-1";
+    let store = RunStore::open_with(url, env.clone()).expect("store");
+
+    // Box 1 records with uploads and dies (SIGKILL) once two cells have committed.
+    let first_s = first.to_str().expect("utf-8");
+    let mut child = tokentrace(&record_args(&target, first_s, url), &env)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("recorder");
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while complete_local(&first) < 3 {
+        assert!(
+            child.try_wait().expect("wait").is_none(),
+            "the recorder ended before it was killed"
+        );
+        assert!(Instant::now() < deadline, "no cells committed");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    child.kill().expect("kill -9");
+    let died = child.wait_with_output().expect("reaped");
+    let log = String::from_utf8_lossy(&died.stderr).to_string();
+    let in_bucket = store.complete_cells().await.expect("list");
+    assert!(
+        !in_bucket.is_empty() && in_bucket.len() <= complete_local(&first),
+        "{} cells in the bucket, {} on box 1\n{log}",
+        in_bucket.len(),
+        complete_local(&first)
+    );
+    assert!(
+        log.contains("uploaded 1 cell to s3://runs/h200/nightly-1"),
+        "{log}"
+    );
+
+    // Box 2 starts from nothing but the bucket and finishes the run.
+    let second_s = second.to_str().expect("utf-8");
+    let mut resume = record_args(&target, second_s, url);
+    resume.push("--resume");
+    let out = tokentrace(&resume, &env).output().expect("resume");
+    let resumed_log = String::from_utf8_lossy(&out.stderr).to_string();
+    assert!(out.status.success(), "{}\n{resumed_log}", out.status);
+    assert!(
+        resumed_log.contains(&format!(
+            "resuming {url}: {} complete cells downloaded",
+            in_bucket.len()
+        )),
+        "{resumed_log}"
+    );
+    let manifest = tokentrace_schemas::manifest::Manifest::read(&second).expect("manifest");
+    assert!(
+        manifest
+            .cells
+            .iter()
+            .all(|c| c.status == tokentrace_schemas::manifest::CellStatus::Complete),
+        "{:?}",
+        manifest.cells
+    );
+    assert_eq!(store.complete_cells().await.expect("list").len(), 6);
+
+    // The bucket's run is sound, and its report is the local copy's, byte for byte.
+    let checked = ok(
+        &tokentrace(&["check", url], &env).output().expect("check"),
+        "check",
+    );
+    assert!(
+        checked.contains("6 cell folders: 6 sound, 0 damaged; 0 missing"),
+        "{checked}"
+    );
+    for format in ["md", "json", "html"] {
+        let remote = ok(
+            &tokentrace(&["report", url, "--format", format], &env)
+                .output()
+                .expect("report"),
+            "report from the bucket",
+        );
+        let local = ok(
+            &tokentrace(&["report", second_s, "--format", format], &[])
+                .output()
+                .expect("report"),
+            "report of the local copy",
+        );
+        assert!(remote == local, "{format}: the bucket's report differs");
+    }
+    // rescore writes the scoring back into the bucket.
+    let rescored = ok(
+        &tokentrace(&["rescore", url], &env)
+            .output()
+            .expect("rescore"),
+        "rescore",
+    );
+    assert!(
+        rescored.starts_with(&format!("{url}/results/default@")),
+        "{rescored}"
+    );
+
+    // The secret is in no file of either box and in no output.
+    for f in files(&first).into_iter().chain(files(&second)) {
+        let bytes = std::fs::read(&f).expect("read");
+        assert!(
+            !bytes.windows(SECRET.len()).any(|w| w == SECRET.as_bytes()),
+            "{} holds the secret",
+            f.display()
+        );
+    }
+    for text in [&log, &resumed_log, &checked, &rescored] {
+        assert!(!text.contains(SECRET));
+    }
+    sim.stop();
+}
