@@ -2,6 +2,7 @@
 //! library code so tests call [`run`] in-process with `Cli::parse_from`.
 
 pub mod analyze;
+pub mod catalog;
 pub mod check;
 pub mod remote;
 pub mod reparse;
@@ -39,6 +40,10 @@ pub enum Command {
     /// Compare two scorings (or runs) cell by cell: changed verdicts, figure changes,
     /// cells present in one only.
     Diff(analyze::DiffArgs),
+    /// Score every run under folders or object-store prefixes under one rule set into
+    /// one Parquet table (one row per run × cell: the run's facts, every figure and
+    /// verdict), for DuckDB, Spark or polars. Exits 1 when a run could not be scored.
+    Catalog(catalog::CatalogArgs),
     /// Re-derive a run's `chunks` and `requests` from its raw capture into a new run
     /// folder, under the recorded token-counting policy or another (the original is only
     /// read). For a parser fix or a policy change, without a GPU.
@@ -72,6 +77,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             Ok(check::run(&local, &mut std::io::stdout().lock())?.exit_code())
         }
         Command::Sim(args) => sim::run(&args).map(|()| ExitCode::SUCCESS),
+        Command::Catalog(args) => catalog::run(&args, &mut std::io::stdout().lock()),
         Command::Record(args) => record(&args),
         Command::Report(args) => analyze::report(&args),
         Command::Rescore(args) => analyze::rescore(&args, &mut std::io::stdout().lock()),

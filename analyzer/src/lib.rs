@@ -7,6 +7,7 @@
 //! rule; [`contract`] is the serialized result; [`figures`] is the one figure table that
 //! [`render`] (Markdown, CSV, JSON) and [`diff`] read.
 
+pub mod catalog;
 pub mod contract;
 pub mod diff;
 pub mod error;

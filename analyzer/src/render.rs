@@ -838,6 +838,31 @@ fn csv_field(s: &str) -> String {
     }
 }
 
+/// A cell's verdict as the JSON scoring names it (`valid`, `requests_queued`, …); empty
+/// when it has none.
+pub fn verdict_name(c: &CellScore) -> String {
+    c.verdict
+        .map(|v| {
+            serde_json::to_value(v)
+                .ok()
+                .and_then(|j| j.as_str().map(str::to_string))
+                .unwrap_or_default()
+        })
+        .unwrap_or_default()
+}
+
+/// The kinds of a cell's warnings, as the JSON scoring names them.
+pub fn warning_kinds(c: &CellScore) -> Vec<String> {
+    c.warnings
+        .iter()
+        .filter_map(|w| {
+            serde_json::to_value(w)
+                .ok()
+                .and_then(|j| j.get("kind").and_then(|k| k.as_str().map(str::to_string)))
+        })
+        .collect()
+}
+
 fn csv(s: &Scoring) -> String {
     let mut o = CSV_LEADING
         .iter()
@@ -849,24 +874,8 @@ fn csv(s: &Scoring) -> String {
     o.push('\n');
     for c in &s.cells {
         let f = c.figures.as_ref();
-        let verdict = c
-            .verdict
-            .map(|v| {
-                serde_json::to_value(v)
-                    .ok()
-                    .and_then(|j| j.as_str().map(str::to_string))
-                    .unwrap_or_default()
-            })
-            .unwrap_or_default();
-        let warnings: Vec<String> = c
-            .warnings
-            .iter()
-            .filter_map(|w| {
-                serde_json::to_value(w)
-                    .ok()
-                    .and_then(|j| j.get("kind").and_then(|k| k.as_str().map(str::to_string)))
-            })
-            .collect();
+        let verdict = verdict_name(c);
+        let warnings = warning_kinds(c);
         let mut fields = vec![
             s.run.run_id.clone(),
             s.rules.id(),

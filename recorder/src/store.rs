@@ -211,6 +211,40 @@ impl RunStore {
         Ok(out)
     }
 
+    /// The URLs of every run under this one's prefix (each prefix holding a manifest),
+    /// sorted; this prefix itself when it holds one.
+    pub async fn find_runs(&self) -> Result<Vec<String>, StoreError> {
+        let mut listing = self.store.list(Some(&self.root));
+        let root_parts = self.root.parts().count();
+        let mut out = Vec::new();
+        while let Some(meta) = listing.next().await {
+            let meta = meta.map_err(|source| StoreError::Store {
+                what: "list",
+                key: self.root.to_string(),
+                source,
+            })?;
+            let parts: Vec<String> = meta
+                .location
+                .parts()
+                .map(|p| p.as_ref().to_string())
+                .collect();
+            // A run's manifest, not a file of the same name inside a run's cells.
+            if parts.last().map(String::as_str) != Some(MANIFEST_FILE)
+                || parts.iter().any(|p| p == CELLS_DIR)
+            {
+                continue;
+            }
+            let rel = parts[root_parts.min(parts.len())..parts.len() - 1].join("/");
+            out.push(if rel.is_empty() {
+                self.url.clone()
+            } else {
+                format!("{}/{rel}", self.url)
+            });
+        }
+        out.sort();
+        Ok(out)
+    }
+
     /// Whether the store holds a run (its manifest).
     pub async fn has_run(&self) -> Result<bool, StoreError> {
         match self.store.head(&self.key(MANIFEST_FILE)).await {

@@ -1,5 +1,7 @@
 //! End-to-end tests of the `tokentrace` command line, one binary:
 //! - `cache`: a second run against the same server prefills cold (per-run prompt nonce);
+//! - `catalog`: a small fleet (two engines) scored into one Parquet table, row for row
+//!   the runs' JSON scorings, with their facts; a bad run named, the others kept;
 //! - `check`: a sound run passes; damaged, incomplete and missing cells are named and fail;
 //! - `gpu`: GPU telemetry from a simulated box behind the NVML trait gives power and
 //!   tokens-per-joule figures; without NVML the report says so; found facts reach the report;
@@ -18,6 +20,7 @@
 //! - `sim`: the simulator subcommand starts, says where it listens, serves, and refuses bad profiles.
 
 mod cache;
+mod catalog;
 mod check;
 mod gpu;
 mod inputs;
