@@ -184,22 +184,30 @@ impl RunStore {
             .map(|_| ())
     }
 
-    /// The cells whose commit mark is in the store.
-    pub async fn complete_cells(&self) -> Result<BTreeSet<CellKey>, StoreError> {
-        let prefix = self.key(CELLS_DIR);
-        let mut listing = self.store.list(Some(&prefix));
-        let mut out = BTreeSet::new();
+    /// Every object under `prefix`, as its path's parts.
+    async fn list_parts(&self, prefix: &Key) -> Result<Vec<Vec<String>>, StoreError> {
+        let mut listing = self.store.list(Some(prefix));
+        let mut out = Vec::new();
         while let Some(meta) = listing.next().await {
             let meta = meta.map_err(|source| StoreError::Store {
                 what: "list",
                 key: prefix.to_string(),
                 source,
             })?;
-            let parts: Vec<String> = meta
-                .location
-                .parts()
-                .map(|p| p.as_ref().to_string())
-                .collect();
+            out.push(
+                meta.location
+                    .parts()
+                    .map(|p| p.as_ref().to_string())
+                    .collect(),
+            );
+        }
+        Ok(out)
+    }
+
+    /// The cells whose commit mark is in the store.
+    pub async fn complete_cells(&self) -> Result<BTreeSet<CellKey>, StoreError> {
+        let mut out = BTreeSet::new();
+        for parts in self.list_parts(&self.key(CELLS_DIR)).await? {
             if parts.last().map(String::as_str) != Some(CELL_FILE) || parts.len() < 4 {
                 continue;
             }
@@ -214,20 +222,9 @@ impl RunStore {
     /// The URLs of every run under this one's prefix (each prefix holding a manifest),
     /// sorted; this prefix itself when it holds one.
     pub async fn find_runs(&self) -> Result<Vec<String>, StoreError> {
-        let mut listing = self.store.list(Some(&self.root));
         let root_parts = self.root.parts().count();
         let mut out = Vec::new();
-        while let Some(meta) = listing.next().await {
-            let meta = meta.map_err(|source| StoreError::Store {
-                what: "list",
-                key: self.root.to_string(),
-                source,
-            })?;
-            let parts: Vec<String> = meta
-                .location
-                .parts()
-                .map(|p| p.as_ref().to_string())
-                .collect();
+        for parts in self.list_parts(&self.root).await? {
             // A run's manifest, not a file of the same name inside a run's cells.
             if parts.last().map(String::as_str) != Some(MANIFEST_FILE)
                 || parts.iter().any(|p| p == CELLS_DIR)
@@ -303,19 +300,12 @@ impl RunStore {
             tokio::fs::create_dir_all(&staging)
                 .await
                 .map_err(io(&staging))?;
-            let prefix = self.key(&rel_dir);
-            let mut names = Vec::new();
-            let mut listing = self.store.list(Some(&prefix));
-            while let Some(meta) = listing.next().await {
-                let meta = meta.map_err(|source| StoreError::Store {
-                    what: "list",
-                    key: prefix.to_string(),
-                    source,
-                })?;
-                if let Some(name) = meta.location.filename() {
-                    names.push(name.to_string());
-                }
-            }
+            let mut names: Vec<String> = self
+                .list_parts(&self.key(&rel_dir))
+                .await?
+                .into_iter()
+                .filter_map(|mut parts| parts.pop())
+                .collect();
             names.sort();
             for name in &names {
                 self.get_file(&format!("{rel_dir}/{name}"), &staging.join(name))
