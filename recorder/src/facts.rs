@@ -99,26 +99,48 @@ pub fn from_info_series(rows: &[MetricRow]) -> Vec<Fact> {
         r.family.ends_with("_info")
             && matches!(r.metric_type, MetricType::Gauge | MetricType::Untyped)
     }) {
+        // Newer vLLM also exports its whole configuration as one series,
+        // `vllm:vllm_config_info{cache_config_cache_dtype=…,model_config_quantization=…,
+        // parallel_config_tensor_parallel_size=…}` (hundreds of labels, some of them long
+        // dumps): only the labels with a common name are taken from it.
+        let whole_config = r.family.ends_with("vllm_config_info");
         for (label, value) in split_labels(&r.labels) {
-            if value.is_empty() || value == "None" {
+            if value.is_empty() || value == "None" || value.chars().count() > MAX_FACT_CHARS {
                 continue;
             }
-            let key = match label.as_str() {
-                "cache_dtype" | "kv_cache_dtype" => "engine.kv_cache_dtype".to_string(),
-                "quantization" => "engine.quantization".to_string(),
-                "dtype" => "engine.dtype".to_string(),
-                "max_model_len" => "engine.max_model_len".to_string(),
-                "tensor_parallel_size" => "engine.tensor_parallel".to_string(),
-                "pipeline_parallel_size" => "engine.pipeline_parallel".to_string(),
-                "data_parallel_size" => "engine.data_parallel".to_string(),
-                "version" => "engine.version".to_string(),
-                other => format!("engine.{other}"),
+            let bare = [
+                "cache_config_",
+                "model_config_",
+                "parallel_config_",
+                "scheduler_config_",
+            ]
+            .iter()
+            .find_map(|p| label.strip_prefix(p))
+            .unwrap_or(&label);
+            let common = match bare {
+                "cache_dtype" | "kv_cache_dtype" => Some("engine.kv_cache_dtype"),
+                "quantization" => Some("engine.quantization"),
+                "dtype" => Some("engine.dtype"),
+                "max_model_len" => Some("engine.max_model_len"),
+                "tensor_parallel_size" => Some("engine.tensor_parallel"),
+                "pipeline_parallel_size" => Some("engine.pipeline_parallel"),
+                "data_parallel_size" => Some("engine.data_parallel"),
+                "version" => Some("engine.version"),
+                _ => None,
+            };
+            let key = match common {
+                Some(k) => k.to_string(),
+                None if whole_config => continue,
+                None => format!("engine.{label}"),
             };
             out.push(Fact::new(key, value, format!("metrics {}", r.family)));
         }
     }
     out
 }
+
+/// Longest fact value taken from a metrics label (longer ones are configuration dumps).
+const MAX_FACT_CHARS: usize = 200;
 
 /// Canonical label text (`k="v",…`, Prometheus escaping) back into pairs.
 fn split_labels(text: &str) -> Vec<(String, String)> {
@@ -260,6 +282,35 @@ mod tests {
         assert!(
             f.iter().all(|f| f.key != "engine.model_name"),
             "only *_info series"
+        );
+    }
+
+    #[test]
+    fn vllms_whole_config_series_gives_only_the_common_facts() {
+        let dump = "x".repeat(500);
+        let rows = crate::scrape::parse_exposition(
+            &format!(
+                "# TYPE vllm:vllm_config_info gauge\n\
+                 vllm:vllm_config_info{{cache_config_cache_dtype=\"fp8\",model_config_quantization=\"modelopt_fp4\",\
+                 parallel_config_tensor_parallel_size=\"4\",parallel_config_data_parallel_size=\"1\",\
+                 attention_config=\"{dump}\",cache_config_block_size=\"8576\"}} 1.0\n"
+            ),
+            0,
+            0,
+        )
+        .expect("parse");
+        let f = from_info_series(&rows);
+        assert_eq!(get(&f, "engine.kv_cache_dtype").map(|f| f.0), Some("fp8"));
+        assert_eq!(
+            get(&f, "engine.quantization").map(|f| f.0),
+            Some("modelopt_fp4")
+        );
+        assert_eq!(get(&f, "engine.tensor_parallel").map(|f| f.0), Some("4"));
+        assert_eq!(get(&f, "engine.data_parallel").map(|f| f.0), Some("1"));
+        assert_eq!(
+            f.len(),
+            4,
+            "nothing else from the whole-config series: {f:?}"
         );
     }
 
