@@ -38,6 +38,12 @@ pub enum Error {
         #[source]
         source: std::io::Error,
     },
+    /// A table file polars could not read without failing inside (damaged data);
+    /// `tokentrace check RUN` names the file.
+    #[error(
+        "{path}: a table file is damaged (the Parquet reader failed: {message}); `tokentrace check` names the file"
+    )]
+    Damaged { path: PathBuf, message: String },
     /// A table was asked for that the format does not define.
     #[error("unknown table `{0}` (tables: requests, chunks, metrics, events)")]
     UnknownTable(String),

@@ -181,6 +181,22 @@ fn bad_value(run: &Run, table: &str, what: String) -> Error {
 /// Reads what scoring needs from every complete cell of `run`; `series` are the metric
 /// names to keep (the engine preset's and the recorder's own).
 pub fn load(run: &Run, series: &[String]) -> Result<Loaded> {
+    guarded(run, || load_unguarded(run, series))
+}
+
+/// Runs `f`, which reads the run's files through polars; a panic there (polars unwraps
+/// some errors of damaged Parquet data inside its readers) becomes an error naming the
+/// run's cells folder, instead of ending the process.
+pub fn guarded<R>(run: &Run, f: impl FnOnce() -> Result<R>) -> Result<R> {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).unwrap_or_else(|panic| {
+        Err(Error::Damaged {
+            path: run.dir.join(tokentrace_schemas::layout::CELLS_DIR),
+            message: tokentrace_schemas::reader::panic_message(panic.as_ref()),
+        })
+    })
+}
+
+fn load_unguarded(run: &Run, series: &[String]) -> Result<Loaded> {
     let mut out = Loaded::default();
     let Some(requests) = run.scan("requests")? else {
         return Ok(out);

@@ -110,7 +110,7 @@ pub fn traces_of(
     loaded: &load::Loaded,
 ) -> Result<BTreeMap<CellKey, CellTrace>> {
     let preset = &scoring.metrics;
-    let timelines = token_timelines(run)?;
+    let timelines = load::guarded(run, || token_timelines(run))?;
     let mut out = BTreeMap::new();
     for (key, &(open, close)) in &loaded.windows {
         if key.phase != Phase::Decode {

@@ -45,11 +45,40 @@ pub struct TableReader<T: Table> {
     inner: ParquetRecordBatchReader,
     stamp: FileStamp,
     row: u64,
+    /// The library failed mid-file: nothing more is read.
+    broken: bool,
     _table: PhantomData<T>,
+}
+
+/// The message of a caught panic (its `&str` or `String` payload).
+pub fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
+    panic
+        .downcast_ref::<&str>()
+        .map(|s| (*s).to_string())
+        .or_else(|| panic.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "no message".to_string())
+}
+
+/// Runs a call into the Parquet library; a panic there (it asserts on some damaged
+/// metadata instead of returning an error) becomes a `Corrupt` error naming the file.
+fn guarded<R>(path: &Path, f: impl FnOnce() -> Result<R>) -> Result<R> {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).unwrap_or_else(|panic| {
+        let what = panic_message(panic.as_ref());
+        Err(Error::Corrupt {
+            path: path.to_path_buf(),
+            source: parquet::errors::ParquetError::General(format!(
+                "the Parquet reader gave up on damaged data: {what}"
+            )),
+        })
+    })
 }
 
 /// Opens a table file, checking version and schema.
 pub fn open_table<T: Table>(path: &Path) -> Result<TableReader<T>> {
+    guarded(path, || open_unguarded(path))
+}
+
+fn open_unguarded<T: Table>(path: &Path) -> Result<TableReader<T>> {
     let file = crate::fsutil::open(path, "Parquet table")?;
     let corrupt = |source| Error::Corrupt {
         path: path.to_path_buf(),
@@ -82,6 +111,7 @@ pub fn open_table<T: Table>(path: &Path) -> Result<TableReader<T>> {
         inner,
         stamp,
         row: 0,
+        broken: false,
         _table: PhantomData,
     })
 }
@@ -143,8 +173,18 @@ impl<T: Table> TableReader<T> {
         &self.stamp
     }
 
-    /// The next batch of rows, `None` at the end.
+    /// The next batch of rows, `None` at the end (and after an error).
     pub fn next_rows(&mut self) -> Result<Option<Vec<T::Row>>> {
+        if self.broken {
+            return Ok(None);
+        }
+        let path = self.path.clone();
+        let got = guarded(&path, || self.next_unguarded());
+        self.broken = got.is_err();
+        got
+    }
+
+    fn next_unguarded(&mut self) -> Result<Option<Vec<T::Row>>> {
         let Some(batch) = self.inner.next() else {
             return Ok(None);
         };

@@ -49,8 +49,6 @@ pub struct SseFramer {
     pos: usize,
     /// Where the line being scanned starts.
     line_start: usize,
-    /// The last line break was a CR: a LF right after it is part of it.
-    skip_lf: bool,
 }
 
 /// An event longer than [`MAX_EVENT_BYTES`].
@@ -85,19 +83,13 @@ impl SseFramer {
         mut f: impl FnMut(SseEvent<'_>),
     ) -> Result<(), EventTooLong> {
         if self.buf.is_empty() {
-            let (start, pos, line_start) = scan(bytes, 0, 0, &mut self.skip_lf, arrival_ns, &mut f);
+            let (start, pos, line_start) = scan(bytes, 0, 0, arrival_ns, &mut f);
             self.buf.extend_from_slice(&bytes[start..]);
             (self.pos, self.line_start) = (pos - start, line_start - start);
         } else {
             self.buf.extend_from_slice(bytes);
-            let (start, pos, line_start) = scan(
-                &self.buf,
-                self.pos,
-                self.line_start,
-                &mut self.skip_lf,
-                arrival_ns,
-                &mut f,
-            );
+            let (start, pos, line_start) =
+                scan(&self.buf, self.pos, self.line_start, arrival_ns, &mut f);
             // Drop the consumed events once per read, not once per event.
             if start > 0 {
                 self.buf.drain(..start);
@@ -123,18 +115,12 @@ fn scan(
     data: &[u8],
     mut pos: usize,
     mut line_start: usize,
-    skip_lf: &mut bool,
     arrival_ns: i64,
     f: &mut impl FnMut(SseEvent<'_>),
 ) -> (usize, usize, usize) {
     // Where the event being framed starts.
     let mut start = 0;
     while pos < data.len() {
-        if std::mem::take(skip_lf) && data[pos] == b'\n' {
-            pos += 1;
-            line_start = pos;
-            continue;
-        }
         // Jump to the next line break (memchr: this is the per-byte hot path).
         let Some(k) = memchr::memchr2(b'\n', b'\r', &data[pos..]) else {
             pos = data.len();
@@ -145,10 +131,17 @@ fn scan(
         let empty_line = pos == line_start;
         pos += 1;
         if c == b'\r' {
-            if data.get(pos) == Some(&b'\n') {
-                pos += 1;
-            } else {
-                *skip_lf = pos == data.len();
+            match data.get(pos) {
+                Some(b'\n') => pos += 1,
+                Some(_) => {}
+                // A CR that ends the bytes so far: its LF may come with the next read.
+                // It is scanned again then, so a line break split across reads is one
+                // break and an event's length does not depend on where reads fall (an
+                // event ended by a lone CR completes with the next read).
+                None => {
+                    pos -= 1;
+                    break;
+                }
             }
         }
         line_start = pos;

@@ -3,12 +3,14 @@
 //! - `verdicts`: each verdict fires on the cell built to trigger it, with its evidence;
 //! - `loops`: long cycles, a cycle beyond the cap, Unicode, chunking;
 //! - `report`: the Markdown report's wording;
+//! - `fuzz`: property tests: any rules text loads or names its file;
 //! - `rules`: built-in rule sets, `extends`, and bad rule files;
 //! - `schema`: real JSON output validates against the committed JSON Schema;
 //! - `interop`: polars reads every table arrow-rs wrote, with the Hive columns, and
 //!   incomplete cells are reported rather than read.
 
 mod figures;
+mod fuzz;
 mod interop;
 mod loops;
 mod report;

@@ -2,11 +2,14 @@
 //! - `cell`: whole prefill and decode cells against the simulator, read back;
 //! - `client`: one recorded request against the simulator: counts, times, faults, cancel,
 //!   kept-alive connections and the retry of one found closed;
+//! - `fuzz`: property tests: Prometheus text, response heads and chunked bodies under any
+//!   split, never a panic;
 //! - `http`: response heads and chunked bodies decoded under any read split;
 //! - `scrape`: Prometheus text (llama.cpp, vLLM shapes) into long-format metric rows.
 
 mod cell;
 mod client;
+mod fuzz;
 mod http;
 mod scrape;
 

@@ -1,6 +1,7 @@
 //! Integration tests of the trace format, one binary:
 //! - `roundtrip`: every table, the raw capture and the JSON files read back equal;
 //! - `errors`: missing, truncated, corrupt, foreign, newer and mismatched files give named errors;
+//! - `fuzz`: property tests: damaged tables, raw captures and JSON files read or say where;
 //! - `cell`: atomic cell commit and the run layout;
 //! - `doc`: FORMAT.md and the code list the same columns, types and values;
 //! - `protocol`: the engines' series carry their metric prefixes; names round-trip;
@@ -10,6 +11,7 @@ mod cell;
 mod common;
 mod doc;
 mod errors;
+mod fuzz;
 mod protocol;
 mod roundtrip;
 mod secrets;

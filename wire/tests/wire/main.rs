@@ -2,10 +2,13 @@
 //! - `sse`: framing keeps every event's wire length and arrival, across any read split;
 //! - `event`: captured streams of llama.cpp and the simulator read into chunk fields,
 //!   and the typed reader agrees with the `Value` reader on odd input;
+//! - `fuzz`: property tests: framing and assembly the same under any split of any bytes,
+//!   event parsing total on any text;
 //! - `assemble`: a request's reads into rows under each token-counting policy, every end.
 
 mod assemble;
 mod event;
+mod fuzz;
 mod sse;
 
 /// A captured stream from `fixtures/sse/`.
