@@ -15,6 +15,8 @@
 //!   bad input named with a non-zero exit;
 //! - `store`: a run uploaded to a real S3 server (moto), its recorder killed, resumed from
 //!   the bucket on a fresh folder, checked and reported by URL byte for byte;
+//! - `trials`: SIGKILL at seeded moments of five kinds, and Ctrl-C, then resume: nothing
+//!   committed changes, the run ends complete and sound;
 //! - `truth`: the analyzer's figures agree within 1% with the simulator's ground truth;
 //!   without server metrics, client-side evidence is used and the report says so;
 //! - `sim`: the simulator subcommand starts, says where it listens, serves, and refuses bad profiles.
@@ -31,4 +33,5 @@ mod reparse;
 mod report;
 mod sim;
 mod store;
+mod trials;
 mod truth;

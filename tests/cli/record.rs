@@ -171,7 +171,7 @@ async fn the_trace_agrees_with_the_simulators_ground_truth() {
     );
 }
 
-fn files_of(run: &Path) -> BTreeMap<String, Vec<u8>> {
+pub(crate) fn files_of(run: &Path) -> BTreeMap<String, Vec<u8>> {
     let mut out = BTreeMap::new();
     for (_, dir) in list_cells(run).expect("cells") {
         for entry in std::fs::read_dir(&dir).expect("dir") {
@@ -489,7 +489,7 @@ fn staged_marks(run: &Path) -> Vec<std::path::PathBuf> {
 
 /// The manifest says what is on disk: a cell is complete exactly when its folder holds
 /// a commit mark, and no staging folder is left.
-fn assert_manifest_matches_disk(run: &Path) {
+pub(crate) fn assert_manifest_matches_disk(run: &Path) {
     let m = Manifest::read(run).expect("manifest");
     for c in &m.cells {
         let on_disk = c.key().dir(run).join("cell.json").exists();
