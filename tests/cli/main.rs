@@ -7,6 +7,8 @@
 //!   tokens-per-joule figures; without NVML the report says so; found facts reach the report;
 //! - `inputs`: bad command lines exit 2 before anything is written; an all-skipped run is a valid folder;
 //! - `llamacpp`: a real llama.cpp server recorded over both endpoints and analyzed;
+//! - `misbehave`: slow, huge and garbage `/metrics`, and a server that dies mid-cell and
+//!   comes back: the matrix finishes and the trace says what happened;
 //! - `record`: recording the simulator: ground truth agrees, a killed run resumes, no secret on disk;
 //! - `refusals`: a refused context fails after a few requests; a rate-limiting server is paced;
 //! - `reparse`: golden runs and a faulty run re-derived row for row from their raw
@@ -27,6 +29,7 @@ mod check;
 mod gpu;
 mod inputs;
 mod llamacpp;
+mod misbehave;
 mod record;
 mod refusals;
 mod reparse;

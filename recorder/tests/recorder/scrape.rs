@@ -117,3 +117,27 @@ fn garbage_is_an_error_not_a_panic() {
     assert!(parse_exposition("<html>not metrics</html>", 0, 0).is_err());
     assert_eq!(parse_exposition("", 0, 0).map(|r| r.len()), Ok(0));
 }
+
+/// The parser is linear: a family of 100,000 series (what a misbehaving server sent) is
+/// read whole; the old crate's quadratic parse took minutes on it.
+#[test]
+fn a_hundred_thousand_series_parse() {
+    let mut t = String::from("# TYPE pad gauge\n");
+    for i in 0..100_000 {
+        t.push_str(&format!("pad{{series=\"{i}\"}} 1\n"));
+    }
+    let rows = parse_exposition(&t, 0, 0).expect("parses");
+    assert_eq!(rows.len(), 100_000);
+    assert!(
+        rows.iter()
+            .all(|r| r.family == "pad" && r.metric_type == MetricType::Gauge)
+    );
+}
+
+/// Garbage is refused with the line it is on.
+#[test]
+fn garbage_names_its_line() {
+    let err = parse_exposition("ok 1\nx{a=\"1\" 2 3\n", 0, 0).expect_err("garbage");
+    assert!(err.starts_with("line 2: "), "{err}");
+    assert!(parse_exposition("\u{fffd}\u{fffd} not prometheus\n", 0, 0).is_err());
+}

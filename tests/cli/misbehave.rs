@@ -1,0 +1,282 @@
+//! A server that misbehaves, end to end: `/metrics` slow (answers after the scrape
+//! interval), huge (100,000 series a scrape) or garbage, and a server process that dies
+//! mid-cell and comes back on the same port. The recorder finishes the matrix, says in
+//! the trace what went wrong, and never hangs.
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use tokentrace_schemas::layout::list_cells;
+use tokentrace_schemas::manifest::{CellStatus, Manifest};
+use tokentrace_schemas::reader::read_table;
+use tokentrace_schemas::tables::{EventKind, Events, Metrics};
+
+const TINY: &str = include_str!("../../sim/profiles/tiny.toml");
+
+fn profile(dir: &Path, extra: &str) -> PathBuf {
+    let p = dir.join("profile.toml");
+    std::fs::write(&p, format!("{TINY}\n{extra}\n")).expect("profile");
+    p
+}
+
+fn record(out: &Path, args: &[&str]) -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_tokentrace"));
+    c.args(["record", "--out"])
+        .arg(out)
+        .args([
+            "--contexts",
+            "512",
+            "--max-tokens",
+            "100",
+            "--metrics-interval",
+            "200ms",
+            "--gpu-telemetry",
+            "off",
+        ])
+        .args(args)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped());
+    c
+}
+
+/// Runs to the end (at most `limit`); the exit code and stderr.
+fn finish(mut child: Child, limit: Duration) -> (Option<i32>, String) {
+    let err = child.stderr.take().expect("stderr");
+    let reader = std::thread::spawn(move || {
+        let mut s = String::new();
+        for l in BufReader::new(err).lines().map_while(Result::ok) {
+            s.push_str(&l);
+            s.push('\n');
+        }
+        s
+    });
+    let deadline = Instant::now() + limit;
+    let status = loop {
+        if let Some(s) = child.try_wait().expect("wait") {
+            break s;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("the recorder hung");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    (status.code(), reader.join().expect("stderr"))
+}
+
+fn faults(run: &Path) -> Vec<String> {
+    list_cells(run)
+        .expect("cells")
+        .iter()
+        .flat_map(|(_, d)| read_table::<Events>(&d.join("events.parquet")).expect("events"))
+        .filter(|e| e.kind == EventKind::Fault)
+        .filter_map(|e| e.detail)
+        .collect()
+}
+
+fn metric_rows(run: &Path) -> usize {
+    list_cells(run)
+        .expect("cells")
+        .iter()
+        .map(|(_, d)| {
+            read_table::<Metrics>(&d.join("metrics.parquet"))
+                .expect("metrics")
+                .len()
+        })
+        .sum()
+}
+
+fn all_complete(run: &Path) -> Manifest {
+    let m = Manifest::read(run).expect("manifest");
+    assert!(
+        m.cells.iter().all(|c| c.status == CellStatus::Complete),
+        "{:?}",
+        m.cells
+    );
+    m
+}
+
+#[test]
+fn slow_huge_and_garbage_metrics_do_not_stop_the_run() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    // Slow: each scrape answers after 1.5 s, far past the 200 ms interval.
+    let slow = tmp.path().join("slow");
+    let p = profile(tmp.path(), "[metrics]\ndelay_seconds = 1.5");
+    let (code, log) = finish(
+        record(
+            &slow,
+            &[
+                "--sim-profile",
+                p.to_str().expect("utf-8"),
+                "--concurrency",
+                "1,3",
+                "--duration",
+                "800ms",
+            ],
+        )
+        .spawn()
+        .expect("record"),
+        Duration::from_secs(180),
+    );
+    assert_eq!(code, Some(0), "{log}");
+    all_complete(&slow);
+    assert!(metric_rows(&slow) > 0, "slow scrapes still land");
+
+    // Huge: 100,000 series a scrape, every one kept.
+    let huge = tmp.path().join("huge");
+    let p = profile(tmp.path(), "[metrics]\nextra_series = 100000");
+    let (code, log) = finish(
+        record(
+            &huge,
+            &[
+                "--sim-profile",
+                p.to_str().expect("utf-8"),
+                "--concurrency",
+                "1,3",
+                "--duration",
+                "800ms",
+            ],
+        )
+        .spawn()
+        .expect("record"),
+        Duration::from_secs(180),
+    );
+    assert_eq!(code, Some(0), "{log}");
+    all_complete(&huge);
+    assert!(metric_rows(&huge) > 300_000, "{} rows", metric_rows(&huge));
+
+    // Garbage: the probe finds no readable metrics, records it, and the run goes on with
+    // client-side evidence; the report says so.
+    let garbage = tmp.path().join("garbage");
+    let p = profile(tmp.path(), "[metrics]\ngarbage = true");
+    let (code, log) = finish(
+        record(
+            &garbage,
+            &[
+                "--sim-profile",
+                p.to_str().expect("utf-8"),
+                "--concurrency",
+                "1,3",
+                "--duration",
+                "800ms",
+            ],
+        )
+        .spawn()
+        .expect("record"),
+        Duration::from_secs(180),
+    );
+    assert_eq!(code, Some(0), "{log}");
+    let m = all_complete(&garbage);
+    assert_eq!(m.capabilities.metrics, Some(false));
+    let report = Command::new(env!("CARGO_BIN_EXE_tokentrace"))
+        .arg("report")
+        .arg(&garbage)
+        .output()
+        .expect("report");
+    assert!(
+        String::from_utf8_lossy(&report.stdout).contains("no (client-side evidence only)"),
+        "the report says the metrics were unreadable"
+    );
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free port")
+}
+
+fn sim(listen: &str) -> Child {
+    Command::new(env!("CARGO_BIN_EXE_tokentrace"))
+        .args(["sim", "--profile", "tiny", "--listen", listen])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("sim")
+}
+
+fn wait_listening(listen: &str) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while std::net::TcpStream::connect(listen).is_err() {
+        assert!(Instant::now() < deadline, "the simulator did not start");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn a_server_that_dies_mid_cell_and_comes_back_is_survived() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let out = tmp.path().join("run");
+    let listen = format!("127.0.0.1:{}", free_port());
+    let mut server = sim(&listen);
+    wait_listening(&listen);
+    let target = format!("http://{listen}");
+    let child = record(
+        &out,
+        &[
+            "--target",
+            &target,
+            "--concurrency",
+            "1,2,3",
+            "--duration",
+            "2s",
+            "--stall-timeout",
+            "3s",
+        ],
+    )
+    .spawn()
+    .expect("record");
+    // Kill the server in the middle of the second decode cell, bring it back 2 s later.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while list_cells(&out).map(|c| c.len()).unwrap_or(0) < 2 {
+        assert!(Instant::now() < deadline, "no cells committed");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    std::thread::sleep(Duration::from_millis(900));
+    let _ = server.kill();
+    let _ = server.wait();
+    std::thread::sleep(Duration::from_secs(2));
+    let mut server = sim(&listen);
+    wait_listening(&listen);
+    let (code, log) = finish(child, Duration::from_secs(240));
+    let _ = server.kill();
+    let _ = server.wait();
+    // It ends on its own: every cell complete or failed with a reason, the cells after
+    // the outage recorded, and the run sound.
+    assert!(matches!(code, Some(0 | 1)), "exit {code:?}\n{log}");
+    let m = Manifest::read(&out).expect("manifest");
+    for c in &m.cells {
+        match c.status {
+            CellStatus::Complete => {}
+            CellStatus::Failed => assert!(c.reason.is_some(), "{c:?}"),
+            other => panic!("{}: {other:?}\n{log}", c.key()),
+        }
+    }
+    let last = m.cells.last().expect("cells");
+    assert_eq!(
+        last.status,
+        CellStatus::Complete,
+        "the matrix carried on\n{log}"
+    );
+    let said = faults(&out).join("\n") + &log;
+    assert!(
+        m.cells.iter().any(|c| c.status == CellStatus::Failed)
+            || said.contains("refused")
+            || said.contains("connect")
+            || said.contains("fault"),
+        "the outage left a trace\n{log}"
+    );
+    let check = Command::new(env!("CARGO_BIN_EXE_tokentrace"))
+        .arg("check")
+        .arg(&out)
+        .output()
+        .expect("check");
+    assert!(
+        check.status.success(),
+        "{}",
+        String::from_utf8_lossy(&check.stdout)
+    );
+    eprintln!("{log}");
+}
