@@ -28,8 +28,6 @@ fn record(out: &Path, args: &[&str]) -> Command {
         .args([
             "--contexts",
             "512",
-            "--max-tokens",
-            "100",
             "--metrics-interval",
             "200ms",
             "--gpu-telemetry",
@@ -114,6 +112,8 @@ fn slow_huge_and_garbage_metrics_do_not_stop_the_run() {
                 "1,3",
                 "--duration",
                 "800ms",
+                "--max-tokens",
+                "100",
             ],
         )
         .spawn()
@@ -137,6 +137,8 @@ fn slow_huge_and_garbage_metrics_do_not_stop_the_run() {
                 "1,3",
                 "--duration",
                 "800ms",
+                "--max-tokens",
+                "100",
             ],
         )
         .spawn()
@@ -161,6 +163,8 @@ fn slow_huge_and_garbage_metrics_do_not_stop_the_run() {
                 "1,3",
                 "--duration",
                 "800ms",
+                "--max-tokens",
+                "100",
             ],
         )
         .spawn()
@@ -224,6 +228,8 @@ fn a_server_that_dies_mid_cell_and_comes_back_is_survived() {
             "2s",
             "--stall-timeout",
             "3s",
+            "--max-tokens",
+            "100",
         ],
     )
     .spawn()
@@ -279,4 +285,82 @@ fn a_server_that_dies_mid_cell_and_comes_back_is_survived() {
         String::from_utf8_lossy(&check.stdout)
     );
     eprintln!("{log}");
+}
+
+/// A body that trickles in one byte at a time is recorded whole; an event of 100 MB
+/// ends its request with the reason, within the framer's bound, and the run goes on.
+#[test]
+fn trickling_bodies_and_huge_events_end_with_a_reason() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let trickle = tmp.path().join("trickle");
+    let p = profile(tmp.path(), "[faults]\ntrickle = 1.0");
+    let (code, log) = finish(
+        record(
+            &trickle,
+            &[
+                "--sim-profile",
+                p.to_str().expect("utf-8"),
+                "--concurrency",
+                "1",
+                "--duration",
+                "1s",
+                "--max-tokens",
+                "8",
+            ],
+        )
+        .spawn()
+        .expect("record"),
+        Duration::from_secs(240),
+    );
+    assert_eq!(code, Some(0), "{log}");
+    all_complete(&trickle);
+    let finished = list_cells(&trickle)
+        .expect("cells")
+        .iter()
+        .flat_map(|(_, d)| {
+            read_table::<tokentrace_schemas::tables::Requests>(&d.join("requests.parquet"))
+                .expect("requests")
+        })
+        .filter(|r| r.end_reason == tokentrace_schemas::tables::EndReason::FinishedLength)
+        .count();
+    assert!(finished > 0, "trickled requests finish\n{log}");
+
+    let huge = tmp.path().join("huge");
+    let p = profile(tmp.path(), "[faults]\nhuge_event = 1.0");
+    let (code, log) = finish(
+        record(
+            &huge,
+            &[
+                "--sim-profile",
+                p.to_str().expect("utf-8"),
+                "--concurrency",
+                "1",
+                "--duration",
+                "1s",
+                "--max-tokens",
+                "100",
+            ],
+        )
+        .spawn()
+        .expect("record"),
+        Duration::from_secs(240),
+    );
+    assert!(matches!(code, Some(0 | 1)), "exit {code:?}\n{log}");
+    let requests: Vec<_> = list_cells(&huge)
+        .expect("cells")
+        .iter()
+        .flat_map(|(_, d)| {
+            read_table::<tokentrace_schemas::tables::Requests>(&d.join("requests.parquet"))
+                .expect("requests")
+        })
+        .collect();
+    let too_long = requests
+        .iter()
+        .filter(|r| {
+            r.error
+                .as_deref()
+                .is_some_and(|e| e.contains("exceeded 16777216 bytes"))
+        })
+        .count();
+    assert!(too_long > 0, "{requests:?}\n{log}");
 }
