@@ -96,54 +96,48 @@ fn all_complete(run: &Path) -> Manifest {
     m
 }
 
+/// Records the tiny profile plus `extra` into `dir/name` (contexts 512, streams 1 and
+/// 3, 800 ms windows); the exit code and stderr.
+fn record_misbehaving(dir: &Path, name: &str, extra: &str) -> (PathBuf, Option<i32>, String) {
+    let out = dir.join(name);
+    let p = profile(dir, extra);
+    let args = [
+        "--sim-profile",
+        p.to_str().expect("utf-8"),
+        "--concurrency",
+        "1,3",
+        "--duration",
+        "800ms",
+        "--max-tokens",
+        "100",
+    ];
+    let (code, log) = finish(
+        record(&out, &args).spawn().expect("record"),
+        Duration::from_secs(180),
+    );
+    (out, code, log)
+}
+
 #[test]
 fn slow_huge_and_garbage_metrics_do_not_stop_the_run() {
     let tmp = tempfile::tempdir().expect("tempdir");
     // Slow: each scrape answers after 1.5 s, far past the 200 ms interval.
-    let slow = tmp.path().join("slow");
-    let p = profile(tmp.path(), "[metrics]\ndelay_seconds = 1.5");
-    let (code, log) = finish(
-        record(
-            &slow,
-            &[
-                "--sim-profile",
-                p.to_str().expect("utf-8"),
-                "--concurrency",
-                "1,3",
-                "--duration",
-                "800ms",
-                "--max-tokens",
-                "100",
-            ],
-        )
-        .spawn()
-        .expect("record"),
-        Duration::from_secs(180),
+    let (slow, code, log) = record_misbehaving(
+        tmp.path(),
+        "slow",
+        "[metrics]
+delay_seconds = 1.5",
     );
     assert_eq!(code, Some(0), "{log}");
     all_complete(&slow);
     assert!(metric_rows(&slow) > 0, "slow scrapes still land");
 
     // Huge: 100,000 series a scrape, every one kept.
-    let huge = tmp.path().join("huge");
-    let p = profile(tmp.path(), "[metrics]\nextra_series = 100000");
-    let (code, log) = finish(
-        record(
-            &huge,
-            &[
-                "--sim-profile",
-                p.to_str().expect("utf-8"),
-                "--concurrency",
-                "1,3",
-                "--duration",
-                "800ms",
-                "--max-tokens",
-                "100",
-            ],
-        )
-        .spawn()
-        .expect("record"),
-        Duration::from_secs(180),
+    let (huge, code, log) = record_misbehaving(
+        tmp.path(),
+        "huge",
+        "[metrics]
+extra_series = 100000",
     );
     assert_eq!(code, Some(0), "{log}");
     all_complete(&huge);
@@ -151,25 +145,11 @@ fn slow_huge_and_garbage_metrics_do_not_stop_the_run() {
 
     // Garbage: the probe finds no readable metrics, records it, and the run goes on with
     // client-side evidence; the report says so.
-    let garbage = tmp.path().join("garbage");
-    let p = profile(tmp.path(), "[metrics]\ngarbage = true");
-    let (code, log) = finish(
-        record(
-            &garbage,
-            &[
-                "--sim-profile",
-                p.to_str().expect("utf-8"),
-                "--concurrency",
-                "1,3",
-                "--duration",
-                "800ms",
-                "--max-tokens",
-                "100",
-            ],
-        )
-        .spawn()
-        .expect("record"),
-        Duration::from_secs(180),
+    let (garbage, code, log) = record_misbehaving(
+        tmp.path(),
+        "garbage",
+        "[metrics]
+garbage = true",
     );
     assert_eq!(code, Some(0), "{log}");
     let m = all_complete(&garbage);
