@@ -255,7 +255,11 @@ pub async fn run(
                         break End::Failed(format!("request failed: cannot connect: {e}"));
                     }
                     Wait::Cancelled => break End::Cancelled,
-                    Wait::Stalled => break End::Stalled,
+                    Wait::Stalled => {
+                        req.asm.row_mut().error =
+                            Some(format!("cannot connect: no answer for {:?}", guard.stall));
+                        break End::Stalled;
+                    }
                 }
             }
         };
@@ -320,7 +324,13 @@ impl Req<'_> {
                 return ended(End::Failed(format!("request failed: write: {e}")));
             }
             Wait::Cancelled => return ended(End::Cancelled),
-            Wait::Stalled => return ended(End::Stalled),
+            Wait::Stalled => {
+                self.asm.row_mut().error = Some(format!(
+                    "the request could not be sent: no progress for {:?}",
+                    guard.stall
+                ));
+                return ended(End::Stalled);
+            }
         }
         self.asm.row_mut().sent_ns = Some(self.clock.now_ns());
 
@@ -357,7 +367,18 @@ impl Req<'_> {
                 }
                 Wait::Done(Err(e)) => return ended(End::Failed(format!("request failed: {e}"))),
                 Wait::Cancelled => return ended(End::Cancelled),
-                Wait::Stalled => return ended(End::Stalled),
+                Wait::Stalled => {
+                    let got = conn.pending().len();
+                    self.asm.row_mut().error = Some(if got_any {
+                        format!(
+                            "the response head stopped after {got} bytes: no byte for {:?}",
+                            guard.stall
+                        )
+                    } else {
+                        format!("no response head: no byte for {:?}", guard.stall)
+                    });
+                    return ended(End::Stalled);
+                }
             }
         };
         // The head's time is that of the read that completed it.
@@ -404,7 +425,11 @@ impl Req<'_> {
                 Wait::Done(Ok(_)) => arrival = self.clock.now_ns(),
                 Wait::Done(Err(e)) => return ended(End::Failed(format!("stream failed: {e}"))),
                 Wait::Cancelled => return ended(End::Cancelled),
-                Wait::Stalled => return ended(End::Stalled),
+                Wait::Stalled => {
+                    self.asm.row_mut().error =
+                        Some(format!("the stream stopped: no byte for {:?}", guard.stall));
+                    return ended(End::Stalled);
+                }
             }
         }
     }
@@ -443,7 +468,10 @@ impl Req<'_> {
             && !cancelled
             && matches!(
                 row.end_reason,
-                EndReason::HttpError | EndReason::StreamError | EndReason::Disconnect
+                EndReason::HttpError
+                    | EndReason::StreamError
+                    | EndReason::Disconnect
+                    | EndReason::StallTimeout
             ))
         .then(|| Refusal {
             status: row.http_status.and_then(|s| u16::try_from(s).ok()),

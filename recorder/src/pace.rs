@@ -101,7 +101,16 @@ impl Pacer {
             };
             if s.gave_up.is_none() && s.in_row >= limit {
                 s.gave_up = Some(GaveUp {
-                    message: format!("the server refused {} requests in a row ({r})", s.in_row),
+                    message: match r.status {
+                        Some(_) => {
+                            format!("the server refused {} requests in a row ({r})", s.in_row)
+                        }
+                        // Connections refused or cut, heads that never came: no answer.
+                        None => format!(
+                            "the server refused or left unanswered {} requests in a row ({r})",
+                            s.in_row
+                        ),
+                    },
                     permanent: r.permanent(),
                 });
             }

@@ -102,17 +102,35 @@ pub fn stream_body(model: &str, endpoint: Endpoint, prompt: &Value, max_tokens: 
     b
 }
 
+/// What the probe is asked to look at.
+#[derive(Debug, Clone, Copy)]
+pub struct ProbeTarget<'a> {
+    /// The server's base URL.
+    pub base: &'a str,
+    /// The model asked for (`None`: the only one served).
+    pub model: Option<&'a str>,
+    pub endpoint: Endpoint,
+    /// Where the metrics are, when not at `/metrics`.
+    pub metrics_url: Option<&'a str>,
+    /// The run's stall timeout, which the probe's own stream obeys too.
+    pub stall_timeout: Duration,
+}
+
 /// Asks the server what it is. Fails before anything is written when it cannot be
 /// reached or does not serve `model`.
 pub async fn probe(
     client: &reqwest::Client,
     transport: &std::sync::Arc<Transport>,
     clock: &RunClock,
-    base: &str,
-    model: Option<&str>,
-    endpoint: Endpoint,
-    metrics_url: Option<&str>,
+    target: ProbeTarget<'_>,
 ) -> Result<ServerInfo, ProbeError> {
+    let ProbeTarget {
+        base,
+        model,
+        endpoint,
+        metrics_url,
+        stall_timeout,
+    } = target;
     let models_url = join(base, "/v1/models");
     let models = get_json(client, &models_url).await?;
     let list: Vec<&Value> = models["data"]
@@ -247,7 +265,7 @@ pub async fn probe(
     let (_cancel_tx, cancel) = tokio::sync::watch::channel(false);
     let ctl = RunCtl {
         counting: TokenCounting::Auto,
-        stall_timeout: Duration::from_secs(120),
+        stall_timeout,
         cancel,
         first_token: None,
     };

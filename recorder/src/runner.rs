@@ -292,10 +292,13 @@ pub async fn record(
         &client,
         &transport,
         &clock,
-        &opts.target,
-        opts.model.as_deref(),
-        opts.endpoint,
-        opts.metrics_url.as_deref(),
+        probe::ProbeTarget {
+            base: &opts.target,
+            model: opts.model.as_deref(),
+            endpoint: opts.endpoint,
+            metrics_url: opts.metrics_url.as_deref(),
+            stall_timeout: opts.stall_timeout,
+        },
     )
     .await?;
     let engine: Vec<&str> = [

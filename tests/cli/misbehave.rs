@@ -344,3 +344,121 @@ fn trickling_bodies_and_huge_events_end_with_a_reason() {
         .count();
     assert!(too_long > 0, "{requests:?}\n{log}");
 }
+
+/// Response heads that stop part-way and never finish: each such request ends at the
+/// stall timeout, saying how much of the head came; the probe obeys the same timeout,
+/// and the matrix finishes.
+#[test]
+fn response_heads_that_never_finish_end_at_the_stall_timeout() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let out = tmp.path().join("run");
+    // The server holds a cut head for 60 s; the recorder waits 1 s for a byte.
+    let p = profile(
+        tmp.path(),
+        "[faults]\npartial_headers = 0.3\nstall_seconds = 60.0",
+    );
+    let t = Instant::now();
+    let (code, log) = finish(
+        record(
+            &out,
+            &[
+                "--sim-profile",
+                p.to_str().expect("utf-8"),
+                "--concurrency",
+                "1,2",
+                "--duration",
+                "2s",
+                "--stall-timeout",
+                "1s",
+                "--max-tokens",
+                "16",
+            ],
+        )
+        .spawn()
+        .expect("record"),
+        Duration::from_secs(240),
+    );
+    assert_eq!(code, Some(0), "{log}");
+    assert!(
+        t.elapsed() < Duration::from_secs(60),
+        "nothing waited for the server's 60 s hold: {:?}",
+        t.elapsed()
+    );
+    all_complete(&out);
+    let requests: Vec<_> = list_cells(&out)
+        .expect("cells")
+        .iter()
+        .flat_map(|(_, d)| {
+            read_table::<tokentrace_schemas::tables::Requests>(&d.join("requests.parquet"))
+                .expect("requests")
+        })
+        .collect();
+    let cut: Vec<_> = requests
+        .iter()
+        .filter(|r| r.end_reason == tokentrace_schemas::tables::EndReason::StallTimeout)
+        .collect();
+    assert!(!cut.is_empty(), "{requests:?}");
+    for r in &cut {
+        assert_eq!(r.http_status, None, "no head was complete: {r:?}");
+        let e = r.error.as_deref().unwrap_or_default();
+        assert!(
+            e.contains("the response head stopped after 40 bytes"),
+            "the reason says where: {r:?}"
+        );
+    }
+    assert!(
+        requests
+            .iter()
+            .any(|r| r.end_reason == tokentrace_schemas::tables::EndReason::FinishedLength),
+        "the others finish"
+    );
+}
+
+/// When no head ever finishes, each cell gives up after its run of unanswered requests,
+/// with the reason, and the recorder ends instead of waiting out the warm-up timeout.
+#[test]
+fn every_head_cut_fails_the_cell_with_the_reason() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let out = tmp.path().join("run");
+    let p = profile(
+        tmp.path(),
+        "[faults]\npartial_headers = 1.0\nstall_seconds = 600.0",
+    );
+    let t = Instant::now();
+    let (code, log) = finish(
+        record(
+            &out,
+            &[
+                "--sim-profile",
+                p.to_str().expect("utf-8"),
+                "--prefill-mode",
+                "warmup",
+                "--concurrency",
+                "2",
+                "--duration",
+                "2s",
+                "--stall-timeout",
+                "300ms",
+            ],
+        )
+        .spawn()
+        .expect("record"),
+        Duration::from_secs(300),
+    );
+    let m = Manifest::read(&out).unwrap_or_else(|e| panic!("{e}\n{log}"));
+    assert_eq!(m.cells.len(), 1, "{log}");
+    let cell = &m.cells[0];
+    assert_eq!(cell.status, CellStatus::Failed, "{log}");
+    let reason = cell.reason.as_deref().unwrap_or_default();
+    assert!(
+        reason.contains("left unanswered 16 requests in a row")
+            && reason.contains("the response head stopped after 40 bytes"),
+        "{reason}"
+    );
+    assert!(
+        t.elapsed() < Duration::from_secs(200),
+        "ended long before the 10 min warm-up timeout: {:?}",
+        t.elapsed()
+    );
+    assert_eq!(code, Some(1), "a failed cell fails the run\n{log}");
+}
