@@ -26,6 +26,14 @@ pub enum Error {
         #[source]
         source: parquet::errors::ParquetError,
     },
+    /// Writing a Parquet file failed: the disk is full, the folder went read-only, or
+    /// the encoder refused a batch.
+    #[error("{path}: cannot write Parquet: {source}")]
+    ParquetWrite {
+        path: PathBuf,
+        #[source]
+        source: parquet::errors::ParquetError,
+    },
     /// A valid Parquet file that tokentrace did not write (no schema version in its metadata).
     #[error("{path}: not a tokentrace table (no `{key}` in the Parquet key-value metadata)")]
     NotTokentrace { path: PathBuf, key: &'static str },

@@ -10,10 +10,16 @@ use crate::error::{Error, Result};
 /// Writes `bytes` to `path` atomically (readers see the old file or the new one, whole).
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
     let tmp = tmp_name(path);
-    let mut f = File::create(&tmp).map_err(|e| Error::io(&tmp, e))?;
-    f.write_all(bytes).map_err(|e| Error::io(&tmp, e))?;
-    f.sync_all().map_err(|e| Error::io(&tmp, e))?;
-    drop(f);
+    let written = File::create(&tmp).and_then(|mut f| {
+        f.write_all(bytes)?;
+        f.sync_all()
+    });
+    if let Err(e) = written {
+        // A full disk or a read-only folder: the old file stays as it was, and no
+        // half-written temporary is left beside it.
+        let _ = std::fs::remove_file(&tmp);
+        return Err(Error::io(&tmp, e));
+    }
     std::fs::rename(&tmp, path).map_err(|e| Error::io(path, e))?;
     sync_parent(path)
 }

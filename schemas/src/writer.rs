@@ -111,7 +111,7 @@ impl<T: Table> TableWriter<T> {
         let props = writer_properties::<T>(&limits);
         let writer =
             ArrowWriter::try_new(handle, schema.clone(), Some(props)).map_err(|source| {
-                Error::Corrupt {
+                Error::ParquetWrite {
                     path: path.to_path_buf(),
                     source,
                 }
@@ -171,14 +171,14 @@ impl<T: Table> TableWriter<T> {
                 found: crate::reader::describe_fields(batch.schema().fields()),
             });
         }
-        let corrupt = |source| Error::Corrupt {
+        let failed = |source| Error::ParquetWrite {
             path: self.path.clone(),
             source,
         };
-        self.writer.write(batch).map_err(corrupt)?;
+        self.writer.write(batch).map_err(failed)?;
         self.rows += batch.num_rows() as u64;
         if self.writer.in_progress_size() >= self.limits.max_row_group_bytes {
-            self.writer.flush().map_err(|source| Error::Corrupt {
+            self.writer.flush().map_err(|source| Error::ParquetWrite {
                 path: self.path.clone(),
                 source,
             })?;
@@ -190,7 +190,7 @@ impl<T: Table> TableWriter<T> {
     pub fn finish(mut self) -> Result<FileStat> {
         self.flush_rows()?;
         let path = self.path.clone();
-        self.writer.close().map_err(|source| Error::Corrupt {
+        self.writer.close().map_err(|source| Error::ParquetWrite {
             path: path.clone(),
             source,
         })?;

@@ -3,6 +3,9 @@
 //! - `catalog`: a small fleet (two engines) scored into one Parquet table, row for row
 //!   the runs' JSON scorings, with their facts; a bad run named, the others kept;
 //! - `check`: a sound run passes; damaged, incomplete and missing cells are named and fail;
+//! - `disk`: the disk fills, or the run folder turns read-only, after three cells (a
+//!   tmpfs in a private mount namespace): an error naming the file, exit 1, committed
+//!   cells unchanged, and `--resume` finishes once the disk is repaired;
 //! - `gpu`: GPU telemetry from a simulated box behind the NVML trait gives power and
 //!   tokens-per-joule figures; without NVML the report says so; found facts reach the report;
 //! - `inputs`: bad command lines exit 2 before anything is written; an all-skipped run is a valid folder;
@@ -26,6 +29,7 @@
 mod cache;
 mod catalog;
 mod check;
+mod disk;
 mod gpu;
 mod inputs;
 mod llamacpp;
