@@ -37,3 +37,4 @@ case_run metrics-garbage "[metrics]\ngarbage = true" --concurrency 1,3 --duratio
 case_run trickle "[faults]\ntrickle = 1.0" --concurrency 1 --duration 2s --max-tokens 8
 case_run huge-event "[faults]\nhuge_event = 1.0" --concurrency 1 --duration 2s --max-tokens 200
 case_run headers-never "[faults]\nslow_headers = 1.0\nstall_seconds = 3600" --concurrency 1 --duration 2s --max-tokens 50 --stall-timeout 3s
+case_run headers-cut "[faults]\npartial_headers = 1.0\nstall_seconds = 3600" --concurrency 1 --duration 2s --max-tokens 50 --stall-timeout 3s
