@@ -2,14 +2,18 @@
 # The misbehaving-server cases, one recording each with the slim recorder against a
 # simulator process whose profile (tiny, plus the case's lines) misbehaves: the exit
 # code, how the cells ended, how the requests ended, and the recorder's peak memory
-# (/usr/bin/time). Builds the binaries first (BUILD=release|debug, default release).
+# (/usr/bin/time). Builds the binaries first: the recorder BUILD=release|debug (default
+# release), the simulator SIM_BUILD (default debug: a release CLI compiles polars for half
+# an hour on 2 cores, and the server's own speed is not what is measured).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 mode=${BUILD:-release}
-flag=$([ "$mode" = release ] && echo --release || true)
-cargo build -q $flag --bin tokentrace -p tokentrace
-cargo build -q $flag -p tokentrace-recorder --bin tokentrace-record
+sim_mode=${SIM_BUILD:-debug}
+flag() { [ "$1" = release ] && echo --release || true; }
+cargo build -q $(flag "$sim_mode") --bin tokentrace -p tokentrace
+cargo build -q $(flag "$mode") -p tokentrace-recorder --bin tokentrace-record
 bin=${CARGO_TARGET_DIR:-target}/$mode
+sim_bin=${CARGO_TARGET_DIR:-target}/$sim_mode
 work=$(mktemp -d)
 trap 'kill $(jobs -p) 2>/dev/null; rm -rf "$work"' EXIT
 port=$((20000 + RANDOM % 20000))
@@ -17,7 +21,7 @@ printf '| case | exit | cells | requests | recorder peak RSS |\n|---|---:|---|--
 case_run() {
   local name=$1 extra=$2; shift 2
   { cat sim/profiles/tiny.toml; printf '%b\n' "$extra"; } > "$work/$name.toml"
-  "$bin/tokentrace" sim --profile "$work/$name.toml" --listen "127.0.0.1:$port" >/dev/null 2>&1 &
+  "$sim_bin/tokentrace" sim --profile "$work/$name.toml" --listen "127.0.0.1:$port" >/dev/null 2>&1 &
   local sim=$!
   for _ in $(seq 100); do (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null && break; sleep 0.1; done
   local code=0

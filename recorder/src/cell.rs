@@ -16,15 +16,13 @@ use tokentrace_schemas::tables::{
 };
 use tokentrace_schemas::writer::CellWriter;
 use tokentrace_schemas::{CellKey, Phase};
-use tokio::sync::{Notify, mpsc, oneshot, watch};
+use tokio::sync::{Notify, oneshot, watch};
 
 use crate::client::{self, Lane, Record, RequestSpec, RunCtl, TokenCounting};
 use crate::http::Transport;
 use crate::pace::{AfterRefusal, GaveUp, Pacer};
-use crate::scrape;
+use crate::{queue, scrape};
 
-/// Records queued between request tasks and the cell's writer: the bound on memory.
-pub const WRITER_QUEUE: usize = 8 * 1024;
 /// How often the writer thread takes what the request tasks queued.
 pub const WRITER_POLL: Duration = Duration::from_millis(5);
 /// Period of the tick whose lateness measures the recorder's own delay. Any stall longer
@@ -116,7 +114,7 @@ pub struct CellPlan {
 struct Cell {
     ctx: RunCtx,
     plan: CellPlan,
-    tx: mpsc::Sender<Record>,
+    tx: queue::Sender,
     next_id: AtomicI64,
     /// Refusals of the cell's requests and the backoff they impose.
     pacer: Pacer,
@@ -219,7 +217,7 @@ pub fn running_waiting(rows: &[MetricRow]) -> Option<(f64, f64)> {
 
 fn writer_loop(
     mut w: CellWriter,
-    mut rx: mpsc::Receiver<Record>,
+    mut rx: queue::Receiver,
     tokens: Arc<AtomicU64>,
     stop: &AtomicBool,
 ) -> Result<Recorded, CellError> {
@@ -228,10 +226,10 @@ fn writer_loop(
     loop {
         // Polled, not parked: a parked writer costs the sender a wake-up (a futex call
         // and a context switch) per record; polling costs one wake-up per interval
-        // whatever the rate. The channel's bound still caps memory between polls.
+        // whatever the rate. The queue's bounds still cap memory between polls.
         let r = match rx.try_recv() {
             Ok(r) => r,
-            Err(mpsc::error::TryRecvError::Empty) => {
+            Err(queue::Empty::Now) => {
                 // Stopping before the cell was told to commit: nothing of it is kept.
                 if !commit && stop.load(Ordering::Acquire) {
                     return Err(CellError::Abandoned);
@@ -239,7 +237,7 @@ fn writer_loop(
                 std::thread::sleep(WRITER_POLL);
                 continue;
             }
-            Err(mpsc::error::TryRecvError::Disconnected) => break,
+            Err(queue::Empty::Done) => break,
         };
         match r {
             Record::Read {
@@ -346,7 +344,7 @@ impl Tally {
 
 /// Measures how late a [`LAG_TICK`] tick fires on this runtime; queues one summary per second
 /// (`stat="max"` and `stat="mean"`), and one for the last partial second at `stop`.
-async fn tick_lateness(tx: mpsc::Sender<Record>, clock: RunClock, mut stop: watch::Receiver<bool>) {
+async fn tick_lateness(tx: queue::Sender, clock: RunClock, mut stop: watch::Receiver<bool>) {
     let mut interval = tokio::time::interval(LAG_TICK);
     interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
     let mut window_start = clock.now_ns();
@@ -420,7 +418,7 @@ async fn start(
     CellError,
 > {
     let writer = CellWriter::create(run, plan.key)?;
-    let (tx, rx) = mpsc::channel(WRITER_QUEUE);
+    let (tx, rx) = queue::queue(queue::QUEUE_RECORDS, queue::QUEUE_BYTES);
     let tokens = ctx.tokens.clone();
     let writers = ctx.writers.clone();
     writers.running.fetch_add(1, Ordering::AcqRel);

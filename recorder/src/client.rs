@@ -14,7 +14,7 @@ use tokentrace_schemas::tables::{
     ChunkRow, EndReason, Endpoint, EventKind, EventRow, RequestRow, Role,
 };
 use tokentrace_wire::{Assembler, End};
-use tokio::sync::{mpsc, oneshot, watch};
+use tokio::sync::{oneshot, watch};
 
 pub use tokentrace_wire::{MAX_ERROR_BODY, TokenCounting};
 
@@ -203,7 +203,7 @@ pub async fn run(
     spec: &RequestSpec,
     ctl: RunCtl,
     clock: &RunClock,
-    out: &mpsc::Sender<Record>,
+    out: &crate::queue::Sender,
 ) -> Ran {
     let RunCtl {
         counting,
@@ -303,7 +303,7 @@ pub async fn run(
 struct Req<'a> {
     asm: Assembler,
     clock: &'a RunClock,
-    out: &'a mpsc::Sender<Record>,
+    out: &'a crate::queue::Sender,
     first_token: Option<oneshot::Sender<i64>>,
 }
 

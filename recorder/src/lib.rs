@@ -13,6 +13,7 @@ pub mod http;
 pub mod pace;
 pub mod probe;
 pub mod prompt;
+pub mod queue;
 pub mod runner;
 pub mod scrape;
 pub mod store;

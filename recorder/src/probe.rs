@@ -261,7 +261,7 @@ pub async fn probe(
         prompt_tokens_requested: 0,
         max_tokens: Some(4),
     };
-    let (tx, mut rx) = tokio::sync::mpsc::channel(1024);
+    let (tx, mut rx) = crate::queue::queue(1024, crate::queue::QUEUE_BYTES);
     let (_cancel_tx, cancel) = tokio::sync::watch::channel(false);
     let ctl = RunCtl {
         counting: TokenCounting::Auto,

@@ -13,7 +13,7 @@ use tokentrace_schemas::clock::RunClock;
 use tokentrace_schemas::tables::{ChunkKind, ChunkRow, EndReason, Endpoint, RequestRow, Role};
 use tokentrace_sim::keepalive::{CloseStyle, KeepAlive};
 use tokentrace_sim::{Profile, SimServer};
-use tokio::sync::{mpsc, watch};
+use tokio::sync::watch;
 
 struct Recorded {
     chunks: Vec<ChunkRow>,
@@ -77,7 +77,7 @@ async fn record_on(
     cancel_after: Option<Duration>,
 ) -> Recorded {
     let clock = RunClock::start();
-    let (tx, mut rx) = mpsc::channel(64);
+    let (tx, mut rx) = tokentrace_recorder::queue::queue(64, 1 << 20);
     let (cancel_tx, cancel_rx) = watch::channel(false);
     if let Some(after) = cancel_after {
         tokio::spawn(async move {

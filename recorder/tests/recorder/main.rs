@@ -5,12 +5,15 @@
 //! - `fuzz`: property tests: Prometheus text, response heads and chunked bodies under any
 //!   split, never a panic;
 //! - `http`: response heads and chunked bodies decoded under any read split;
+//! - `queue`: the writer queue's byte bound holds senders back until the writer takes,
+//!   a record heavier than the bound still passes, a gone writer frees waiting senders;
 //! - `scrape`: Prometheus text (llama.cpp, vLLM shapes) into long-format metric rows.
 
 mod cell;
 mod client;
 mod fuzz;
 mod http;
+mod queue;
 mod scrape;
 
 /// A captured file from `fixtures/sse/`.

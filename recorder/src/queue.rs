@@ -1,0 +1,163 @@
+//! The queue between a cell's request tasks (and scraper) and its writer thread, bounded
+//! twice: by records (bursts of small token events) and by bytes (a 100 MB event read at
+//! loopback speed, a 100,000-series scrape), so what waits between network and disk stays
+//! under [`QUEUE_BYTES`] whatever the server sends. A sender waits for room.
+
+use std::sync::Arc;
+
+use tokio::sync::{Semaphore, mpsc};
+
+use crate::client::Record;
+
+/// Records the queue holds at most.
+pub const QUEUE_RECORDS: usize = 8 * 1024;
+/// Bytes (an estimate of the records' memory) the queue holds at most.
+pub const QUEUE_BYTES: usize = 32 << 20;
+/// The writer gives room back in steps of at least this many bytes (or when the queue
+/// runs empty): one semaphore release per step rather than per record.
+const RELEASE_STEP: usize = 256 << 10;
+
+/// The writer has gone (it failed or was stopped): nothing more is recorded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Closed;
+
+/// A queue holding at most `records` records and about `bytes` bytes of them.
+pub fn queue(records: usize, bytes: usize) -> (Sender, Receiver) {
+    let bytes = bytes.clamp(1, u32::MAX as usize);
+    let (tx, rx) = mpsc::channel(records.max(1));
+    let room = Arc::new(Semaphore::new(bytes));
+    (
+        Sender {
+            tx,
+            room: room.clone(),
+            most: u32::try_from(bytes).unwrap_or(u32::MAX),
+        },
+        Receiver {
+            rx,
+            room,
+            most: bytes,
+            freed: 0,
+        },
+    )
+}
+
+/// The sending side; cheap to clone.
+#[derive(Debug, Clone)]
+pub struct Sender {
+    tx: mpsc::Sender<Record>,
+    room: Arc<Semaphore>,
+    /// The whole budget: a record heavier than it takes all of it.
+    most: u32,
+}
+
+impl Sender {
+    /// Queues `r` once there is room for it.
+    pub async fn send(&self, r: Record) -> Result<(), Closed> {
+        let w = u32::try_from(weight(&r)).unwrap_or(u32::MAX).min(self.most);
+        if w > 0 {
+            self.room
+                .acquire_many(w)
+                .await
+                .map_err(|_| Closed)?
+                .forget();
+        }
+        self.tx.send(r).await.map_err(|_| Closed)
+    }
+}
+
+/// Why nothing was taken.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Empty {
+    /// Nothing queued now.
+    Now,
+    /// Every sender is gone and everything was taken.
+    Done,
+}
+
+/// The writer's side. Dropping it closes the queue: waiting senders get [`Closed`].
+#[derive(Debug)]
+pub struct Receiver {
+    rx: mpsc::Receiver<Record>,
+    room: Arc<Semaphore>,
+    /// The whole budget (a record's room is its weight, up to this).
+    most: usize,
+    /// Room taken back from records but not yet given to the senders.
+    freed: usize,
+}
+
+impl Receiver {
+    /// The next record, without waiting. Its room goes back to the senders.
+    pub fn try_recv(&mut self) -> Result<Record, Empty> {
+        match self.rx.try_recv() {
+            Ok(r) => {
+                self.freed += weight(&r).min(self.most);
+                if self.freed >= RELEASE_STEP {
+                    self.release();
+                }
+                Ok(r)
+            }
+            Err(mpsc::error::TryRecvError::Empty) => {
+                self.release();
+                Err(Empty::Now)
+            }
+            Err(mpsc::error::TryRecvError::Disconnected) => Err(Empty::Done),
+        }
+    }
+
+    /// The next record, waiting for one; `None` once every sender is gone.
+    pub async fn recv(&mut self) -> Option<Record> {
+        match self.try_recv() {
+            Ok(r) => Some(r),
+            Err(Empty::Done) => None,
+            Err(Empty::Now) => {
+                let r = self.rx.recv().await?;
+                self.freed += weight(&r).min(self.most);
+                self.release();
+                Some(r)
+            }
+        }
+    }
+
+    fn release(&mut self) {
+        if self.freed > 0 {
+            self.room.add_permits(self.freed);
+            self.freed = 0;
+        }
+    }
+}
+
+impl Drop for Receiver {
+    fn drop(&mut self) {
+        self.room.close();
+    }
+}
+
+/// About how much memory `r` holds: its bytes, rows and strings.
+pub fn weight(r: &Record) -> usize {
+    use std::mem::size_of;
+    use tokentrace_schemas::tables::{ChunkRow, EventRow, GpuRow, MetricRow, RequestRow};
+    let s = |o: &Option<String>| o.as_ref().map_or(0, String::len);
+    match r {
+        Record::Read { bytes, chunks, .. } => {
+            bytes.len()
+                + chunks
+                    .iter()
+                    .map(|c| {
+                        size_of::<ChunkRow>()
+                            + s(&c.content)
+                            + s(&c.reasoning)
+                            + s(&c.finish_reason)
+                            + s(&c.error)
+                    })
+                    .sum::<usize>()
+        }
+        Record::Request(q) => size_of::<RequestRow>() + s(&q.error),
+        Record::Metrics(rows) => rows
+            .iter()
+            .map(|m| size_of::<MetricRow>() + m.family.len() + m.name.len() + m.labels.len())
+            .sum(),
+        Record::Gpu(rows) => rows.len() * size_of::<GpuRow>(),
+        Record::Event(e) => size_of::<EventRow>() + s(&e.detail),
+        Record::Commit => 0,
+    }
+}
