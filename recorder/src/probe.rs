@@ -11,6 +11,7 @@ use tokentrace_schemas::tables::Endpoint;
 
 use crate::client::{self, Lane, Record, RequestSpec, RunCtl, TokenCounting};
 use crate::http::Transport;
+use crate::scrape::read_body;
 use tokentrace_schemas::clock::RunClock;
 use tokentrace_schemas::tables::Role;
 use tokentrace_wire::sse::SseFramer;
@@ -50,6 +51,10 @@ pub struct ServerInfo {
     pub facts: Vec<tokentrace_schemas::manifest::Fact>,
 }
 
+/// The most of a JSON answer (`/v1/models`, `/version`, `/tokenize`, ...) the probe
+/// reads: token ids of a 1M-token prompt fit.
+pub const MAX_ANSWER_BYTES: usize = 16 * 1024 * 1024;
+
 async fn get_json(client: &reqwest::Client, url: &str) -> Result<Value, ProbeError> {
     let resp = client
         .get(url)
@@ -61,15 +66,21 @@ async fn get_json(client: &reqwest::Client, url: &str) -> Result<Value, ProbeErr
             reason: e.to_string(),
         })?;
     let status = resp.status();
-    let text = resp.text().await.unwrap_or_default();
+    let mut resp = resp;
+    let body = read_body(&mut resp, MAX_ANSWER_BYTES).await;
     if !status.is_success() {
+        let text = String::from_utf8_lossy(body.as_deref().unwrap_or_default()).into_owned();
         return Err(ProbeError::Status {
             url: url.to_string(),
             status: status.as_u16(),
             body: text.chars().take(500).collect(),
         });
     }
-    serde_json::from_str(&text).map_err(|e| ProbeError::Shape {
+    let body = body.map_err(|reason| ProbeError::Shape {
+        url: url.to_string(),
+        reason,
+    })?;
+    serde_json::from_slice(&body).map_err(|e| ProbeError::Shape {
         url: url.to_string(),
         reason: format!("not JSON: {e}"),
     })
@@ -181,7 +192,10 @@ pub async fn probe(
         .send()
         .await
     {
-        Ok(r) if r.status().is_success() => r.text().await.ok(),
+        Ok(mut r) if r.status().is_success() => read_body(&mut r, crate::scrape::MAX_SCRAPE_BYTES)
+            .await
+            .ok()
+            .map(|b| String::from_utf8_lossy(&b).into_owned()),
         _ => None,
     };
     let metrics_ok = metrics_text.as_deref().is_some_and(|t| {
@@ -373,11 +387,11 @@ pub async fn post_json(
     path: &str,
     body: &Value,
 ) -> Option<Value> {
-    let resp = client.post(join(base, path)).json(body).send().await.ok()?;
+    let mut resp = client.post(join(base, path)).json(body).send().await.ok()?;
     if !resp.status().is_success() {
         return None;
     }
-    resp.json().await.ok()
+    serde_json::from_slice(&read_body(&mut resp, MAX_ANSWER_BYTES).await.ok()?).ok()
 }
 
 /// Token ids of `/tokenize` for `body`, if that shape is served.

@@ -197,14 +197,9 @@ pub async fn scrape(
         if !resp.status().is_success() {
             return Err(format!("GET {url}: HTTP {}", resp.status()));
         }
-        let mut body = Vec::new();
-        while let Some(b) = resp.chunk().await.map_err(|e| format!("GET {url}: {e}"))? {
-            if body.len() + b.len() > MAX_SCRAPE_BYTES {
-                return Err(format!("GET {url}: body over {MAX_SCRAPE_BYTES} bytes"));
-            }
-            body.extend_from_slice(&b);
-        }
-        Ok(body)
+        read_body(&mut resp, MAX_SCRAPE_BYTES)
+            .await
+            .map_err(|e| format!("GET {url}: {e}"))
     };
     let body = tokio::time::timeout(timeout, fetch)
         .await
@@ -212,4 +207,17 @@ pub async fn scrape(
     let end = clock.now_ns();
     parse_exposition(&String::from_utf8_lossy(&body), start, end)
         .map_err(|e| format!("{url}: not Prometheus text: {e}"))
+}
+
+/// A response body read to its end, refused past `cap` bytes (whatever a server sends,
+/// the recorder holds at most `cap` of it).
+pub async fn read_body(resp: &mut reqwest::Response, cap: usize) -> Result<Vec<u8>, String> {
+    let mut body = Vec::new();
+    while let Some(b) = resp.chunk().await.map_err(|e| e.to_string())? {
+        if body.len() + b.len() > cap {
+            return Err(format!("body over {cap} bytes"));
+        }
+        body.extend_from_slice(&b);
+    }
+    Ok(body)
 }

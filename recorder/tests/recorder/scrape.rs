@@ -141,3 +141,35 @@ fn garbage_names_its_line() {
     assert!(err.starts_with("line 2: "), "{err}");
     assert!(parse_exposition("\u{fffd}\u{fffd} not prometheus\n", 0, 0).is_err());
 }
+
+/// A server answering with more than the cap (a 17 MiB body, no length announced) is
+/// refused after the cap: the recorder never holds more of it.
+#[tokio::test]
+async fn bodies_past_the_cap_are_refused() {
+    use tokio::io::AsyncWriteExt;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    tokio::spawn(async move {
+        let (mut tcp, _) = listener.accept().await.expect("accept");
+        let mut head = [0u8; 1024];
+        let _ = tokio::io::AsyncReadExt::read(&mut tcp, &mut head).await;
+        let _ = tcp
+            .write_all(b"HTTP/1.1 200 OK\r\ncontent-type: text/plain\r\nconnection: close\r\n\r\n")
+            .await;
+        let line = b"x_series{i=\"1\"} 1\n".repeat(1 << 16);
+        for _ in 0..((17 << 20) / line.len() + 1) {
+            if tcp.write_all(&line).await.is_err() {
+                return;
+            }
+        }
+    });
+    let mut resp = reqwest::get(format!("http://{addr}/metrics"))
+        .await
+        .expect("head");
+    let err = tokentrace_recorder::scrape::read_body(&mut resp, 16 << 20)
+        .await
+        .expect_err("over the cap");
+    assert_eq!(err, "body over 16777216 bytes");
+}
