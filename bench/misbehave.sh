@@ -15,7 +15,7 @@ cargo build -q $(flag "$mode") -p tokentrace-recorder --bin tokentrace-record
 bin=${CARGO_TARGET_DIR:-target}/$mode
 sim_bin=${CARGO_TARGET_DIR:-target}/$sim_mode
 work=$(mktemp -d)
-trap 'kill $(jobs -p) 2>/dev/null; rm -rf "$work"' EXIT
+trap 'kill $(jobs -p) 2>/dev/null || true; rm -rf "$work"' EXIT
 port=$((20000 + RANDOM % 20000))
 printf '| case | exit | cells | requests | recorder peak RSS |\n|---|---:|---|---|---:|\n'
 case_run() {
