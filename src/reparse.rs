@@ -147,7 +147,7 @@ fn reparse_cells(
 fn transport_end(r: &RequestRow) -> End {
     match (r.end_reason, &r.error) {
         (EndReason::Cancelled, _) => End::Cancelled,
-        (EndReason::StallTimeout, _) => End::Stalled,
+        (EndReason::StallTimeout, e) => End::Stalled(e.clone()),
         (EndReason::Disconnect, Some(e)) => End::Failed(e.clone()),
         _ => End::Clean,
     }

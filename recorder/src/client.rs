@@ -256,9 +256,10 @@ pub async fn run(
                     }
                     Wait::Cancelled => break End::Cancelled,
                     Wait::Stalled => {
-                        req.asm.row_mut().error =
-                            Some(format!("cannot connect: no answer for {:?}", guard.stall));
-                        break End::Stalled;
+                        break End::Stalled(Some(format!(
+                            "cannot connect: no answer for {:?}",
+                            guard.stall
+                        )));
                     }
                 }
             }
@@ -325,11 +326,10 @@ impl Req<'_> {
             }
             Wait::Cancelled => return ended(End::Cancelled),
             Wait::Stalled => {
-                self.asm.row_mut().error = Some(format!(
+                return ended(End::Stalled(Some(format!(
                     "the request could not be sent: no progress for {:?}",
                     guard.stall
-                ));
-                return ended(End::Stalled);
+                ))));
             }
         }
         self.asm.row_mut().sent_ns = Some(self.clock.now_ns());
@@ -369,15 +369,14 @@ impl Req<'_> {
                 Wait::Cancelled => return ended(End::Cancelled),
                 Wait::Stalled => {
                     let got = conn.pending().len();
-                    self.asm.row_mut().error = Some(if got_any {
+                    return ended(End::Stalled(Some(if got_any {
                         format!(
                             "the response head stopped after {got} bytes: no byte for {:?}",
                             guard.stall
                         )
                     } else {
                         format!("no response head: no byte for {:?}", guard.stall)
-                    });
-                    return ended(End::Stalled);
+                    })));
                 }
             }
         };
@@ -426,9 +425,10 @@ impl Req<'_> {
                 Wait::Done(Err(e)) => return ended(End::Failed(format!("stream failed: {e}"))),
                 Wait::Cancelled => return ended(End::Cancelled),
                 Wait::Stalled => {
-                    self.asm.row_mut().error =
-                        Some(format!("the stream stopped: no byte for {:?}", guard.stall));
-                    return ended(End::Stalled);
+                    return ended(End::Stalled(Some(format!(
+                        "the stream stopped: no byte for {:?}",
+                        guard.stall
+                    ))));
                 }
             }
         }

@@ -63,8 +63,9 @@ pub enum End {
     Clean,
     /// The recorder closed the connection (window close).
     Cancelled,
-    /// No bytes for longer than the stall timeout.
-    Stalled,
+    /// No bytes for longer than the stall timeout; where it stalled, in words (the row's
+    /// error unless the server's error body says more).
+    Stalled(Option<String>),
     /// The transport failed (connect, write, read, a body cut short): why.
     Failed(String),
 }
@@ -297,7 +298,12 @@ impl Assembler {
         }
         match end {
             End::Cancelled => row.end_reason = EndReason::Cancelled,
-            End::Stalled => row.end_reason = EndReason::StallTimeout,
+            End::Stalled(why) => {
+                row.end_reason = EndReason::StallTimeout;
+                if let Some(why) = why {
+                    row.error.get_or_insert(why);
+                }
+            }
             End::Failed(e) => {
                 if !matches!(
                     row.end_reason,

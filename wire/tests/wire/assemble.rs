@@ -158,8 +158,20 @@ fn every_end() {
     let half = &bytes[..bytes.len() / 2];
     let (_, r) = assemble(half, 64, TokenCounting::TokenIds, 200, End::Cancelled);
     assert_eq!(r.end_reason, EndReason::Cancelled);
-    let (_, r) = assemble(half, 64, TokenCounting::TokenIds, 200, End::Stalled);
-    assert_eq!(r.end_reason, EndReason::StallTimeout);
+    let (_, r) = assemble(half, 64, TokenCounting::TokenIds, 200, End::Stalled(None));
+    assert_eq!((r.end_reason, r.error), (EndReason::StallTimeout, None));
+    let why = "the stream stopped: no byte for 1s";
+    let (_, r) = assemble(
+        half,
+        64,
+        TokenCounting::TokenIds,
+        200,
+        End::Stalled(Some(why.into())),
+    );
+    assert_eq!(
+        (r.end_reason, r.error.as_deref()),
+        (EndReason::StallTimeout, Some(why))
+    );
     let (_, r) = assemble(
         half,
         64,
