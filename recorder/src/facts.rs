@@ -54,6 +54,7 @@ pub fn from_sglang(v: &Value) -> Vec<Fact> {
             ("/pp_size", "engine.pipeline_parallel"),
             ("/dp_size", "engine.data_parallel"),
             ("/model_path", "engine.model_path"),
+            ("/max_total_num_tokens", "engine.kv_cache_tokens"),
         ],
         "GET /get_server_info",
     )
@@ -126,6 +127,8 @@ pub fn from_info_series(rows: &[MetricRow]) -> Vec<Fact> {
                 "pipeline_parallel_size" => Some("engine.pipeline_parallel"),
                 "data_parallel_size" => Some("engine.data_parallel"),
                 "version" => Some("engine.version"),
+                "num_gpu_blocks" => Some("engine.num_gpu_blocks"),
+                "block_size" => Some("engine.block_size"),
                 _ => None,
             };
             let key = match common {
@@ -182,6 +185,39 @@ pub fn merge(facts: impl IntoIterator<Item = Fact>) -> Vec<Fact> {
     }
     out.sort();
     out
+}
+
+/// The engine's KV-cache budget in tokens, `engine.kv_cache_tokens`, when the facts hold
+/// it or its parts: SGLang says it (`max_total_num_tokens`); vLLM's cache config gives
+/// `num_gpu_blocks` × `block_size`; llama.cpp's `/props` gives its slots × each slot's
+/// context. `None` when it is already there or cannot be known.
+pub fn kv_budget(facts: &[Fact]) -> Option<Fact> {
+    let get = |key: &str| facts.iter().find(|f| f.key == key);
+    if get("engine.kv_cache_tokens").is_some() {
+        return None;
+    }
+    let num = |f: &Fact| f.value.trim().parse::<u64>().ok().filter(|n| *n > 0);
+    if let (Some(blocks), Some(size)) = (get("engine.num_gpu_blocks"), get("engine.block_size"))
+        && let (Some(b), Some(s)) = (num(blocks), num(size))
+    {
+        return Some(Fact::new(
+            "engine.kv_cache_tokens",
+            b.saturating_mul(s).to_string(),
+            format!("{}: num_gpu_blocks × block_size", blocks.source),
+        ));
+    }
+    if let (Some(slots), Some(ctx)) = (get("engine.slots"), get("engine.max_model_len"))
+        && slots.source == "GET /props"
+        && ctx.source == "GET /props"
+        && let (Some(n), Some(c)) = (num(slots), num(ctx))
+    {
+        return Some(Fact::new(
+            "engine.kv_cache_tokens",
+            n.saturating_mul(c).to_string(),
+            "GET /props: total_slots × n_ctx of a slot",
+        ));
+    }
+    None
 }
 
 /// `--describe key=value` pairs replace the facts of the same key (source
@@ -269,6 +305,8 @@ mod tests {
             Some(("fp8", "metrics vllm:cache_config_info"))
         );
         assert_eq!(get(&f, "engine.block_size").map(|f| f.0), Some("16"));
+        // Without num_gpu_blocks the budget is unknown.
+        assert_eq!(kv_budget(&f), None);
         assert_eq!(
             get(&f, "engine.enable_prefix_caching").map(|f| f.0),
             Some("True")
@@ -293,7 +331,8 @@ mod tests {
                 "# TYPE vllm:vllm_config_info gauge\n\
                  vllm:vllm_config_info{{cache_config_cache_dtype=\"fp8\",model_config_quantization=\"modelopt_fp4\",\
                  parallel_config_tensor_parallel_size=\"4\",parallel_config_data_parallel_size=\"1\",\
-                 attention_config=\"{dump}\",cache_config_block_size=\"8576\"}} 1.0\n"
+                 attention_config=\"{dump}\",cache_config_block_size=\"8576\",\
+                 scheduler_config_policy=\"fcfs\"}} 1.0\n"
             ),
             0,
             0,
@@ -307,9 +346,11 @@ mod tests {
         );
         assert_eq!(get(&f, "engine.tensor_parallel").map(|f| f.0), Some("4"));
         assert_eq!(get(&f, "engine.data_parallel").map(|f| f.0), Some("1"));
+        // The block size is a part of the KV budget.
+        assert_eq!(get(&f, "engine.block_size").map(|f| f.0), Some("8576"));
         assert_eq!(
             f.len(),
-            4,
+            5,
             "nothing else from the whole-config series: {f:?}"
         );
     }
@@ -333,5 +374,42 @@ mod tests {
         );
         assert_eq!(get(&described, "engine.version"), Some(("9", "--describe")));
         assert!(described.iter().all(|f| f.key != "hardware"));
+    }
+
+    #[test]
+    fn the_kv_budget_from_each_engine() {
+        let vllm = crate::scrape::parse_exposition(
+            "# TYPE vllm:cache_config_info gauge
+             vllm:cache_config_info{block_size=\"16\",num_gpu_blocks=\"2187\"} 1.0
+",
+            0,
+            0,
+        )
+        .expect("parse");
+        let kv = kv_budget(&from_info_series(&vllm)).expect("vLLM budget");
+        assert_eq!(
+            (kv.key.as_str(), kv.value.as_str(), kv.source.as_str()),
+            (
+                "engine.kv_cache_tokens",
+                "34992",
+                "metrics vllm:cache_config_info: num_gpu_blocks × block_size"
+            )
+        );
+        let ll = from_llamacpp(
+            &json!({"total_slots": 3, "default_generation_settings": {"n_ctx": 2730}}),
+        );
+        assert_eq!(kv_budget(&ll).map(|f| f.value), Some("8190".to_string()));
+        let sg = from_sglang(&json!({"max_total_num_tokens": 123456, "context_length": 4096}));
+        assert_eq!(
+            get(&sg, "engine.kv_cache_tokens"),
+            Some(("123456", "GET /get_server_info"))
+        );
+        assert_eq!(kv_budget(&sg), None, "already there");
+        // Slots from another source than /props are not llama.cpp's.
+        let other = vec![
+            Fact::new("engine.slots", "4", "--describe"),
+            Fact::new("engine.max_model_len", "4096", "GET /v1/models"),
+        ];
+        assert_eq!(kv_budget(&other), None);
     }
 }

@@ -241,7 +241,10 @@ pub async fn probe(
     {
         facts.extend(crate::facts::from_info_series(&rows));
     }
-    let facts = crate::facts::merge(facts);
+    let mut facts = crate::facts::merge(facts);
+    if let Some(kv) = crate::facts::kv_budget(&facts) {
+        facts = crate::facts::merge(facts.into_iter().chain([kv]));
+    }
 
     // A shape counts only when "hello" gives tokens: llama.cpp answers the vLLM shape
     // with an empty list (it ignores fields it does not know).

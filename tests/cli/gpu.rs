@@ -71,6 +71,8 @@ async fn a_simulated_box_gives_power_and_tokens_per_joule() {
     assert_eq!(fact(facts, "gpu.name"), Some("NVIDIA H200 (simulated)"));
     assert!(fact(facts, "host.cpus").is_some(), "{facts:?}");
     assert_eq!(fact(facts, "engine.block_size"), Some("16"), "{facts:?}");
+    // tiny's 20,000 tokens of KV cache, as 1,250 blocks of 16 in vLLM's cache config.
+    assert_eq!(fact(facts, "engine.kv_cache_tokens"), Some("20000"));
     let q = facts
         .iter()
         .find(|f| f.key == "engine.quantization")

@@ -194,6 +194,14 @@ async fn a_real_llama_cpp_server_is_recorded_and_analyzed() {
             Some("2".to_string()),
             "--parallel 2"
         );
+        // Its KV budget: 2 slots × 2048 tokens each (--ctx 4096).
+        assert_eq!(
+            found("engine.kv_cache_tokens"),
+            Some((
+                "4096".to_string(),
+                "GET /props: total_slots × n_ctx of a slot".to_string()
+            ))
+        );
 
         let (mut requests_checked, mut ttft_vs_prompt_ms) = (0, Vec::new());
         let (mut reused, mut reconnects, mut retries) = (0, 0, 0);
