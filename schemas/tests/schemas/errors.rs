@@ -324,3 +324,27 @@ fn older_requests_files_read_with_the_added_columns_null() {
     let err = read_table::<Requests>(&path).expect_err("a v1 column missing");
     assert!(matches!(err, Error::SchemaMismatch { .. }), "{err:?}");
 }
+
+/// Damage in the data pages leaves the footer readable, so opening the file succeeds;
+/// `verify` decodes every page and names the file.
+#[test]
+fn verify_finds_damaged_pages_that_opening_does_not() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("events.parquet");
+    write_events(&path);
+    let rows = tokentrace_schemas::reader::open_table::<Events>(&path)
+        .expect("open")
+        .verify()
+        .expect("a sound file verifies");
+    assert_eq!(rows, 200);
+    let mut bad = std::fs::read(&path).expect("read");
+    for b in &mut bad[8..40] {
+        *b ^= 0xA5;
+    }
+    std::fs::write(&path, &bad).expect("write");
+    let reader = tokentrace_schemas::reader::open_table::<Events>(&path)
+        .expect("the footer is intact: opening succeeds");
+    let err = reader.verify().expect_err("a damaged page");
+    assert!(matches!(err, Error::Corrupt { .. }), "{err:?}");
+    assert_names(&err, &path);
+}
