@@ -104,6 +104,11 @@ pub struct RecordArgs {
     /// run is continued from there (a new box after the old one died).
     #[arg(long)]
     pub upload: Option<String>,
+    /// Skip each cell whose context × concurrency (tokens of KV cache its prompts take)
+    /// exceeds the engine's KV-cache budget, as the engine reports it (manifest fact
+    /// `engine.kv_cache_tokens`); the manifest says why. Without it such cells run.
+    #[arg(long)]
+    pub skip_over_capacity: bool,
     /// File holding the server's launch command; secrets in it are redacted.
     #[arg(long)]
     pub launch_command_file: Option<PathBuf>,
@@ -286,6 +291,7 @@ impl RecordArgs {
             progress: Default::default(),
             writers: Default::default(),
             upload: self.upload.clone(),
+            skip_over_capacity: self.skip_over_capacity,
             gpus: if self.gpu_telemetry == "off" {
                 runner::GpuChoice::Off
             } else {

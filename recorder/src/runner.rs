@@ -70,6 +70,8 @@ pub struct RecordOptions {
     /// Object-store URL each committed cell and the manifest are uploaded to
     /// (`--upload`); a `--resume` into a folder without a run downloads it from there.
     pub upload: Option<String>,
+    /// Skip cells whose context × concurrency exceeds the engine's KV-cache budget.
+    pub skip_over_capacity: bool,
 }
 
 /// Where GPU facts and telemetry come from.
@@ -122,7 +124,15 @@ pub enum RecordError {
     Upload(PathBuf, String),
 }
 
-fn cell_list(opts: &RecordOptions, limit: Option<u32>, source: Option<&str>) -> Vec<CellEntry> {
+/// The matrix as cells: a context that does not fit the server's longest request is
+/// skipped whole; with `--skip-over-capacity`, so is each cell whose context × streams
+/// exceeds the KV-cache budget (`kv`: tokens and where the number came from).
+fn cell_list(
+    opts: &RecordOptions,
+    limit: Option<u32>,
+    source: Option<&str>,
+    kv: Option<(u64, &str)>,
+) -> Vec<CellEntry> {
     let mut cells = Vec::new();
     for &ctx in &opts.contexts {
         let fits =
@@ -140,13 +150,25 @@ fn cell_list(opts: &RecordOptions, limit: Option<u32>, source: Option<&str>) -> 
         } else {
             CellStatus::Skipped
         };
-        let mut push = |phase, concurrency| {
+        let mut push = |phase, concurrency: u32| {
+            let need = u64::from(ctx) * u64::from(concurrency);
+            let over = kv.filter(|(budget, _)| opts.skip_over_capacity && need > *budget);
+            let (status, reason) = match (status, over) {
+                (CellStatus::Planned, Some((budget, from))) => (
+                    CellStatus::Skipped,
+                    Some(format!(
+                        "context {ctx} × {concurrency} streams needs {need} tokens of KV cache; \
+                         the server has {budget} ({from}) and --skip-over-capacity is set"
+                    )),
+                ),
+                _ => (status, reason.clone()),
+            };
             cells.push(CellEntry {
                 phase,
                 context: ctx,
                 concurrency,
                 status,
-                reason: reason.clone(),
+                reason,
             });
         };
         if opts.prefill_mode == PrefillMode::Scout {
@@ -157,6 +179,12 @@ fn cell_list(opts: &RecordOptions, limit: Option<u32>, source: Option<&str>) -> 
         }
     }
     cells
+}
+
+/// The engine's KV-cache budget from the probe's facts: tokens, and `fact source`.
+fn kv_budget(facts: &[tokentrace_schemas::manifest::Fact]) -> Option<(u64, &str)> {
+    let f = facts.iter().find(|f| f.key == "engine.kv_cache_tokens")?;
+    Some((f.value.trim().parse().ok()?, f.source.as_str()))
 }
 
 /// A nonce for this recording session's prompts: its start time and process, mixed.
@@ -412,6 +440,7 @@ pub async fn record(
                 opts,
                 info.max_model_len,
                 info.capabilities.max_model_len_source.as_deref(),
+                kv_budget(&info.facts),
             ),
             reparsed: None,
         }

@@ -114,6 +114,7 @@ fn options(url: &str, out: &Path, endpoint: Endpoint) -> RecordOptions {
         writers: Default::default(),
         gpus: Default::default(),
         upload: None,
+        skip_over_capacity: false,
     }
 }
 

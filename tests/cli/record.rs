@@ -51,6 +51,7 @@ pub fn options(target: &str, out: &Path) -> RecordOptions {
         writers: Default::default(),
         gpus: Default::default(),
         upload: None,
+        skip_over_capacity: false,
     }
 }
 
@@ -558,4 +559,66 @@ fn resume_of_a_folder_killed_before_its_manifest_starts_afresh() {
     assert!(record_cmd(&out, true).status().expect("resume").success());
     assert_complete(&Manifest::read(&out).expect("manifest"));
     assert_manifest_matches_disk(&out);
+}
+
+/// With `--skip-over-capacity`, a cell whose prompts take more KV cache than the engine
+/// reports (tiny: 20,000 tokens) is skipped before any request, the reason in the
+/// manifest; the others run. Without the flag the same cell runs.
+#[test]
+fn cells_over_the_kv_budget_are_skipped_when_asked() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    for (name, skip) in [("skip", true), ("run", false)] {
+        let out = tmp.path().join(name);
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_tokentrace"));
+        cmd.args(["record", "--out"]).arg(&out).args([
+            "--sim-profile",
+            "tiny",
+            "--contexts",
+            "512,1K",
+            "--concurrency",
+            "1,20",
+            "--duration",
+            "300ms",
+            "--max-tokens",
+            "20",
+            "--gpu-telemetry",
+            "off",
+        ]);
+        if skip {
+            cmd.arg("--skip-over-capacity");
+        }
+        let done = cmd.output().expect("record");
+        // A run with skipped cells ends with exit code 3.
+        assert_eq!(
+            done.status.code(),
+            Some(if skip { 3 } else { 0 }),
+            "{}",
+            String::from_utf8_lossy(&done.stderr)
+        );
+        let m = Manifest::read(&out).expect("manifest");
+        let over = m
+            .cells
+            .iter()
+            .find(|c| c.context == 1024 && c.concurrency == 20)
+            .expect("the 1K × 20 cell");
+        let others_complete = m
+            .cells
+            .iter()
+            .filter(|c| !(c.context == 1024 && c.concurrency == 20))
+            .all(|c| c.status == CellStatus::Complete);
+        assert!(others_complete, "{:?}", m.cells);
+        if skip {
+            assert_eq!(over.status, CellStatus::Skipped);
+            assert_eq!(
+                over.reason.as_deref(),
+                Some(
+                    "context 1024 × 20 streams needs 20480 tokens of KV cache; the server has \
+                     20000 (metrics vllm:cache_config_info: num_gpu_blocks × block_size) and \
+                     --skip-over-capacity is set"
+                )
+            );
+        } else {
+            assert_eq!(over.status, CellStatus::Complete, "{over:?}");
+        }
+    }
 }

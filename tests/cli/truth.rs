@@ -68,6 +68,7 @@ fn options(target: String, out: &std::path::Path) -> RecordOptions {
         writers: Default::default(),
         gpus: Default::default(),
         upload: None,
+        skip_over_capacity: false,
     }
 }
 
