@@ -100,10 +100,7 @@ fn all_complete(run: &Path) -> Manifest {
 /// 3, 800 ms windows); the exit code and stderr.
 fn record_misbehaving(dir: &Path, name: &str, extra: &str) -> (PathBuf, Option<i32>, String) {
     let out = dir.join(name);
-    let p = profile(dir, extra);
     let args = [
-        "--sim-profile",
-        p.to_str().expect("utf-8"),
         "--concurrency",
         "1,3",
         "--duration",
@@ -111,11 +108,32 @@ fn record_misbehaving(dir: &Path, name: &str, extra: &str) -> (PathBuf, Option<i
         "--max-tokens",
         "100",
     ];
-    let (code, log) = finish(
-        record(&out, &args).spawn().expect("record"),
-        Duration::from_secs(180),
-    );
+    let (code, log) = record_sim(dir, &out, extra, &args);
     (out, code, log)
+}
+
+/// Records the tiny profile plus `extra` (written in `dir`) into `out` with `args`; the
+/// exit code and stderr (a recorder still going after 240 s fails the test as hung).
+fn record_sim(dir: &Path, out: &Path, extra: &str, args: &[&str]) -> (Option<i32>, String) {
+    let p = profile(dir, extra);
+    let mut all = vec!["--sim-profile", p.to_str().expect("utf-8")];
+    all.extend_from_slice(args);
+    finish(
+        record(out, &all).spawn().expect("record"),
+        Duration::from_secs(240),
+    )
+}
+
+/// Every request row of the run's committed cells.
+fn requests_of(run: &Path) -> Vec<tokentrace_schemas::tables::RequestRow> {
+    list_cells(run)
+        .expect("cells")
+        .iter()
+        .flat_map(|(_, d)| {
+            read_table::<tokentrace_schemas::tables::Requests>(&d.join("requests.parquet"))
+                .expect("requests")
+        })
+        .collect()
 }
 
 #[test]
@@ -273,67 +291,43 @@ fn a_server_that_dies_mid_cell_and_comes_back_is_survived() {
 fn trickling_bodies_and_huge_events_end_with_a_reason() {
     let tmp = tempfile::tempdir().expect("tempdir");
     let trickle = tmp.path().join("trickle");
-    let p = profile(tmp.path(), "[faults]\ntrickle = 1.0");
-    let (code, log) = finish(
-        record(
-            &trickle,
-            &[
-                "--sim-profile",
-                p.to_str().expect("utf-8"),
-                "--concurrency",
-                "1",
-                "--duration",
-                "1s",
-                "--max-tokens",
-                "8",
-            ],
-        )
-        .spawn()
-        .expect("record"),
-        Duration::from_secs(240),
+    let (code, log) = record_sim(
+        tmp.path(),
+        &trickle,
+        "[faults]\ntrickle = 1.0",
+        &[
+            "--concurrency",
+            "1",
+            "--duration",
+            "1s",
+            "--max-tokens",
+            "8",
+        ],
     );
     assert_eq!(code, Some(0), "{log}");
     all_complete(&trickle);
-    let finished = list_cells(&trickle)
-        .expect("cells")
-        .iter()
-        .flat_map(|(_, d)| {
-            read_table::<tokentrace_schemas::tables::Requests>(&d.join("requests.parquet"))
-                .expect("requests")
-        })
+    let finished = requests_of(&trickle)
+        .into_iter()
         .filter(|r| r.end_reason == tokentrace_schemas::tables::EndReason::FinishedLength)
         .count();
     assert!(finished > 0, "trickled requests finish\n{log}");
 
     let huge = tmp.path().join("huge");
-    let p = profile(tmp.path(), "[faults]\nhuge_event = 1.0");
-    let (code, log) = finish(
-        record(
-            &huge,
-            &[
-                "--sim-profile",
-                p.to_str().expect("utf-8"),
-                "--concurrency",
-                "1",
-                "--duration",
-                "1s",
-                "--max-tokens",
-                "100",
-            ],
-        )
-        .spawn()
-        .expect("record"),
-        Duration::from_secs(240),
+    let (code, log) = record_sim(
+        tmp.path(),
+        &huge,
+        "[faults]\nhuge_event = 1.0",
+        &[
+            "--concurrency",
+            "1",
+            "--duration",
+            "1s",
+            "--max-tokens",
+            "100",
+        ],
     );
     assert!(matches!(code, Some(0 | 1)), "exit {code:?}\n{log}");
-    let requests: Vec<_> = list_cells(&huge)
-        .expect("cells")
-        .iter()
-        .flat_map(|(_, d)| {
-            read_table::<tokentrace_schemas::tables::Requests>(&d.join("requests.parquet"))
-                .expect("requests")
-        })
-        .collect();
+    let requests = requests_of(&huge);
     let too_long = requests
         .iter()
         .filter(|r| {
@@ -353,30 +347,21 @@ fn response_heads_that_never_finish_end_at_the_stall_timeout() {
     let tmp = tempfile::tempdir().expect("tempdir");
     let out = tmp.path().join("run");
     // The server holds a cut head for 60 s; the recorder waits 1 s for a byte.
-    let p = profile(
-        tmp.path(),
-        "[faults]\npartial_headers = 0.3\nstall_seconds = 60.0",
-    );
     let t = Instant::now();
-    let (code, log) = finish(
-        record(
-            &out,
-            &[
-                "--sim-profile",
-                p.to_str().expect("utf-8"),
-                "--concurrency",
-                "1,2",
-                "--duration",
-                "2s",
-                "--stall-timeout",
-                "1s",
-                "--max-tokens",
-                "16",
-            ],
-        )
-        .spawn()
-        .expect("record"),
-        Duration::from_secs(240),
+    let (code, log) = record_sim(
+        tmp.path(),
+        &out,
+        "[faults]\npartial_headers = 0.3\nstall_seconds = 60.0",
+        &[
+            "--concurrency",
+            "1,2",
+            "--duration",
+            "2s",
+            "--stall-timeout",
+            "1s",
+            "--max-tokens",
+            "16",
+        ],
     );
     assert_eq!(code, Some(0), "{log}");
     assert!(
@@ -385,14 +370,7 @@ fn response_heads_that_never_finish_end_at_the_stall_timeout() {
         t.elapsed()
     );
     all_complete(&out);
-    let requests: Vec<_> = list_cells(&out)
-        .expect("cells")
-        .iter()
-        .flat_map(|(_, d)| {
-            read_table::<tokentrace_schemas::tables::Requests>(&d.join("requests.parquet"))
-                .expect("requests")
-        })
-        .collect();
+    let requests = requests_of(&out);
     let cut: Vec<_> = requests
         .iter()
         .filter(|r| r.end_reason == tokentrace_schemas::tables::EndReason::StallTimeout)
@@ -420,30 +398,21 @@ fn response_heads_that_never_finish_end_at_the_stall_timeout() {
 fn every_head_cut_fails_the_cell_with_the_reason() {
     let tmp = tempfile::tempdir().expect("tempdir");
     let out = tmp.path().join("run");
-    let p = profile(
-        tmp.path(),
-        "[faults]\npartial_headers = 1.0\nstall_seconds = 600.0",
-    );
     let t = Instant::now();
-    let (code, log) = finish(
-        record(
-            &out,
-            &[
-                "--sim-profile",
-                p.to_str().expect("utf-8"),
-                "--prefill-mode",
-                "warmup",
-                "--concurrency",
-                "2",
-                "--duration",
-                "2s",
-                "--stall-timeout",
-                "300ms",
-            ],
-        )
-        .spawn()
-        .expect("record"),
-        Duration::from_secs(300),
+    let (code, log) = record_sim(
+        tmp.path(),
+        &out,
+        "[faults]\npartial_headers = 1.0\nstall_seconds = 600.0",
+        &[
+            "--prefill-mode",
+            "warmup",
+            "--concurrency",
+            "2",
+            "--duration",
+            "2s",
+            "--stall-timeout",
+            "300ms",
+        ],
     );
     let m = Manifest::read(&out).unwrap_or_else(|e| panic!("{e}\n{log}"));
     assert_eq!(m.cells.len(), 1, "{log}");
