@@ -160,6 +160,14 @@ pub enum Evidence {
         samples_above: usize,
         samples: usize,
     },
+    /// The cell's prompts against the engine's KV-cache budget, given with the other
+    /// Requests-queued evidence (never on its own): context × concurrency tokens, the
+    /// budget the run's manifest records (fact `engine.kv_cache_tokens`) and its source.
+    KvBudget {
+        need_tokens: u64,
+        budget_tokens: u64,
+        source: String,
+    },
 }
 
 impl Evidence {

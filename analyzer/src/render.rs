@@ -626,7 +626,8 @@ fn verdict_note(c: &CellScore) -> Option<String> {
             | Evidence::RunningNeverReachedN { .. }
             | Evidence::RunningMeanBelow { .. }
             | Evidence::WaitingMeanAbove { .. }
-            | Evidence::WaitingSampleAbove { .. } => queued.push(e),
+            | Evidence::WaitingSampleAbove { .. }
+            | Evidence::KvBudget { .. } => queued.push(e),
             Evidence::Missing { what } => why.push(what.clone()),
             Evidence::ScoutCached {
                 request_id,
@@ -705,6 +706,23 @@ fn verdict_note(c: &CellScore) -> Option<String> {
             } => Some(format!(
                 "requests waited in {samples_above} of {samples} scrapes"
             )),
+            Evidence::KvBudget {
+                need_tokens,
+                budget_tokens,
+                source,
+            } => Some(if need_tokens > budget_tokens {
+                format!(
+                    "its prompts take {} tokens of KV cache, more than the server's {} ({source})",
+                    thousands(i64::try_from(*need_tokens).unwrap_or(i64::MAX)),
+                    thousands(i64::try_from(*budget_tokens).unwrap_or(i64::MAX))
+                )
+            } else {
+                format!(
+                    "its prompts take {} of the server's {} tokens of KV cache ({source})",
+                    thousands(i64::try_from(*need_tokens).unwrap_or(i64::MAX)),
+                    thousands(i64::try_from(*budget_tokens).unwrap_or(i64::MAX))
+                )
+            }),
             _ => None,
         })
         .collect();

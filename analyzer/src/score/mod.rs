@@ -79,6 +79,21 @@ pub fn score_loaded(run: &Run, rules: &RuleSet) -> Result<(Scoring, load::Loaded
             }
         }
     }
+    // A queued cell's evidence names the KV-cache budget when the engine reported one.
+    if let Some(f) = m.facts.iter().find(|f| f.key == "engine.kv_cache_tokens")
+        && let Ok(budget) = f.value.trim().parse::<u64>()
+    {
+        for c in cells
+            .values_mut()
+            .filter(|c| c.verdict == Some(Verdict::RequestsQueued))
+        {
+            c.evidence.push(Evidence::KvBudget {
+                need_tokens: u64::from(c.context) * u64::from(c.concurrency),
+                budget_tokens: budget,
+                source: f.source.clone(),
+            });
+        }
+    }
     // Measured during decode warm-up: each context's prefill is the first request of
     // its first complete decode cell.
     let prefill_mode = m.config.prefill_mode.unwrap_or(PrefillMode::Scout);

@@ -399,3 +399,48 @@ fn one_late_tick_is_a_figure_and_sustained_lag_a_warning() {
         ref other => panic!("{other:?}"),
     }
 }
+
+/// Issue 18: with the engine's KV-cache budget in the manifest, a queued cell's evidence
+/// names it (its context × concurrency against the budget), in JSON and in the notes;
+/// a Valid cell gets none.
+#[test]
+fn a_queued_cells_evidence_names_the_kv_budget() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    write_run(dir.path());
+    let mut m = tokentrace_schemas::manifest::Manifest::read(dir.path()).expect("manifest");
+    m.facts.push(tokentrace_schemas::manifest::Fact::new(
+        "engine.kv_cache_tokens",
+        "10000",
+        "metrics vllm:cache_config_info: num_gpu_blocks × block_size",
+    ));
+    m.write(dir.path()).expect("manifest");
+    let s = score_dir(dir.path(), &RuleSet::builtin("reference").expect("rules")).expect("scored");
+    let kv = |n: u32| {
+        s.cells
+            .iter()
+            .find(|c| c.concurrency == n)
+            .expect("cell")
+            .evidence
+            .iter()
+            .find_map(|e| match e {
+                Evidence::KvBudget {
+                    need_tokens,
+                    budget_tokens,
+                    ..
+                } => Some((*need_tokens, *budget_tokens)),
+                _ => None,
+            })
+    };
+    assert_eq!(kv(1), None, "valid: no queue to explain");
+    assert_eq!(kv(4), Some((8192, 10000)));
+    assert_eq!(kv(8), Some((16384, 10000)));
+    let md = tokentrace_analyzer::render::render(&s, tokentrace_analyzer::render::Format::Markdown);
+    assert!(
+        md.contains(
+            "its prompts take 16,384 tokens of KV cache, more than the server's 10,000 \
+             (metrics vllm:cache_config_info: num_gpu_blocks × block_size)"
+        ),
+        "{md}"
+    );
+    assert!(md.contains("its prompts take 8,192 of the server's 10,000 tokens of KV cache"));
+}
