@@ -5,12 +5,12 @@
 //! the committed cells stay byte for byte; once the disk is repaired, `--resume`
 //! finishes the run and `check` passes.
 
-use std::collections::BTreeMap;
 use std::path::Path;
 use std::process::Command;
 
-use tokentrace_schemas::layout::list_cells;
 use tokentrace_schemas::manifest::{CellStatus, Manifest};
+
+use crate::record::{files_of, tokentrace_ok};
 
 /// Runs inside the namespace: mount the disk, record, break the disk once CELLS cells
 /// have committed, copy what is on disk out, repair it, resume, copy again.
@@ -38,19 +38,6 @@ esac
 echo $? > "$OUT/resume.code"
 cp -a "$DISK/run" "$OUT/after"
 "#;
-
-/// The committed cells' files, by path relative to the run folder.
-fn committed(run: &Path) -> BTreeMap<String, Vec<u8>> {
-    let mut out = BTreeMap::new();
-    for (_, dir) in list_cells(run).expect("cells") {
-        for entry in std::fs::read_dir(&dir).expect("cell folder") {
-            let p = entry.expect("entry").path();
-            let rel = p.strip_prefix(run).expect("inside the run");
-            out.insert(rel.display().to_string(), std::fs::read(&p).expect("read"));
-        }
-    }
-    out
-}
 
 fn read(p: &Path) -> String {
     std::fs::read_to_string(p).unwrap_or_else(|e| panic!("{}: {e}", p.display()))
@@ -103,7 +90,7 @@ fn disk_trouble(fault: &str, says: &str) {
         !failed.join("manifest.json.tmp").exists(),
         "no half-written manifest left"
     );
-    let before = committed(&failed);
+    let before = files_of(&failed);
     assert!(!before.is_empty());
     let check = Command::new(env!("CARGO_BIN_EXE_tokentrace"))
         .arg("check")
@@ -126,21 +113,12 @@ fn disk_trouble(fault: &str, says: &str) {
         "{:?}",
         m.cells
     );
-    let now = committed(&after);
+    let now = files_of(&after);
     for (path, bytes) in &before {
         assert!(now.get(path) == Some(bytes), "{path} changed on resume");
     }
     assert!(!after.join(".staging").exists(), "a staging folder is left");
-    let check = Command::new(env!("CARGO_BIN_EXE_tokentrace"))
-        .arg("check")
-        .arg(&after)
-        .output()
-        .expect("check");
-    assert!(
-        check.status.success(),
-        "{}",
-        String::from_utf8_lossy(&check.stdout)
-    );
+    tokentrace_ok(&["check"], &after);
 }
 
 #[test]

@@ -172,15 +172,33 @@ async fn the_trace_agrees_with_the_simulators_ground_truth() {
     );
 }
 
+/// The committed cells' files, by path relative to the run folder (so a copy of the run
+/// compares equal).
 pub(crate) fn files_of(run: &Path) -> BTreeMap<String, Vec<u8>> {
     let mut out = BTreeMap::new();
     for (_, dir) in list_cells(run).expect("cells") {
         for entry in std::fs::read_dir(&dir).expect("dir") {
             let p = entry.expect("entry").path();
-            out.insert(p.display().to_string(), std::fs::read(&p).expect("read"));
+            let rel = p.strip_prefix(run).expect("inside the run");
+            out.insert(rel.display().to_string(), std::fs::read(&p).expect("read"));
         }
     }
     out
+}
+
+/// Runs `tokentrace ARGS RUN` and asserts it succeeds, showing what it printed if not.
+pub(crate) fn tokentrace_ok(args: &[&str], run: &Path) {
+    let out = Command::new(env!("CARGO_BIN_EXE_tokentrace"))
+        .args(args)
+        .arg(run)
+        .output()
+        .expect("runs");
+    assert!(
+        out.status.success(),
+        "{args:?}: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
 
 fn record_cmd(out: &Path, resume: bool) -> Command {

@@ -19,7 +19,7 @@ use tokentrace_schemas::layout::list_cells;
 use tokentrace_schemas::manifest::{CellStatus, Manifest};
 use tokentrace_schemas::rng::Rng;
 
-use crate::record::{assert_manifest_matches_disk, files_of};
+use crate::record::{assert_manifest_matches_disk, files_of, tokentrace_ok};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Moment {
@@ -123,19 +123,6 @@ fn kill_at(out: &Path, moment: Moment, rng: &mut Rng) -> bool {
     let _ = child.kill();
     let _ = child.wait();
     reached && !ended
-}
-
-fn tokentrace_ok(args: &[&str], run: &Path) {
-    let out = Command::new(env!("CARGO_BIN_EXE_tokentrace"))
-        .args(args)
-        .arg(run)
-        .output()
-        .expect("runs");
-    assert!(
-        out.status.success(),
-        "{args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
 }
 
 /// Resumes the run and checks it: committed files unchanged, complete, sound.
