@@ -1,6 +1,7 @@
 //! Where things live in a run folder: the Hive-style cell paths
-//! (`cells/phase=<p>/context=<n>/concurrency=<n>/`) and the fixed file names.
-//! Both the recorder (writing) and the analyzer (reading) take paths from here.
+//! (`cells/phase=<p>/context=<n>/concurrency=<n>/`, `cells/phase=rate/context=<n>/rate=<r>/`)
+//! and the fixed file names. Both the recorder (writing) and the analyzer (reading) take
+//! paths from here.
 
 use std::fmt;
 use std::path::{Path, PathBuf};
@@ -25,23 +26,132 @@ pub const CELL_FILE: &str = "cell.json";
 pub const RAW_FILE: &str = "raw.sse.zst";
 
 str_enum! {
-    /// The two kinds of cell in the matrix.
+    /// The kinds of cell a run holds.
     pub enum Phase {
         /// One cold scout request per context; measures prompt processing.
         Prefill = "prefill",
         /// N closed-loop streams for a fixed window; measures sustained decode.
         Decode = "decode",
+        /// Exactly N measured requests at a fixed concurrency, each run to completion;
+        /// measures end-to-end latency (the reference tool's Burst / E2E mode).
+        Burst = "burst",
+        /// Open-loop arrivals at a fixed request rate, on a schedule the server does not
+        /// slow down; measures latency against offered load.
+        Rate = "rate",
     }
 }
 
-/// Identifies one cell of the matrix.
+impl Phase {
+    /// Whether cells of this phase are newer than format v1's first release: a run
+    /// holding one writes [`crate::CELL_KINDS_VERSION`] in its JSON files, so readers
+    /// that know only prefill and decode refuse it as newer instead of misreading it.
+    pub fn is_v2(self) -> bool {
+        matches!(self, Phase::Burst | Phase::Rate)
+    }
+}
+
+/// A request rate in requests per second, kept in thousandths so that keys are exact
+/// and ordered; [`Rate::INF`] sends every request at once. Written as `4`, `0.5`, `inf`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Rate(u32);
+
+impl Rate {
+    /// Every request at once (`vllm bench serve --request-rate inf`).
+    pub const INF: Rate = Rate(u32::MAX);
+
+    /// From thousandths of a request per second; `None` for zero or the value of INF.
+    pub fn from_milli(milli: u32) -> Option<Rate> {
+        (milli > 0 && milli < u32::MAX).then_some(Rate(milli))
+    }
+
+    /// Thousandths of a request per second (`u32::MAX` for INF).
+    pub fn milli(self) -> u32 {
+        self.0
+    }
+
+    pub fn is_inf(self) -> bool {
+        self == Rate::INF
+    }
+
+    /// Requests per second (infinite for INF).
+    pub fn per_second(self) -> f64 {
+        if self.is_inf() {
+            f64::INFINITY
+        } else {
+            f64::from(self.0) / 1e3
+        }
+    }
+
+    /// Parses `4`, `0.5`, `inf`: a positive rate with at most three decimals, below
+    /// four million per second.
+    pub fn parse(text: &str) -> Option<Rate> {
+        let t = text.trim();
+        if t.eq_ignore_ascii_case("inf") {
+            return Some(Rate::INF);
+        }
+        let (whole, frac) = t.split_once('.').unwrap_or((t, ""));
+        if whole.is_empty() && frac.is_empty()
+            || !whole.bytes().all(|b| b.is_ascii_digit())
+            || !frac.bytes().all(|b| b.is_ascii_digit())
+            || frac.len() > 3
+        {
+            return None;
+        }
+        let whole: u64 = if whole.is_empty() {
+            0
+        } else {
+            whole.parse().ok()?
+        };
+        let frac_milli: u64 = format!("{frac:0<3}").parse().ok()?;
+        let milli = whole.checked_mul(1000)?.checked_add(frac_milli)?;
+        Rate::from_milli(u32::try_from(milli).ok()?)
+    }
+}
+
+impl fmt::Display for Rate {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.is_inf() {
+            return f.write_str("inf");
+        }
+        let (whole, frac) = (self.0 / 1000, self.0 % 1000);
+        if frac == 0 {
+            write!(f, "{whole}")
+        } else {
+            let digits = format!("{frac:03}");
+            write!(f, "{whole}.{}", digits.trim_end_matches('0'))
+        }
+    }
+}
+
+impl Serialize for Rate {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
+impl<'de> Deserialize<'de> for Rate {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        let text = String::deserialize(d)?;
+        Rate::parse(&text).ok_or_else(|| {
+            serde::de::Error::custom(format!(
+                "bad request rate {text:?} (want a positive number of requests per second with at most three decimals, or \"inf\")"
+            ))
+        })
+    }
+}
+
+/// Identifies one cell of a run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 pub struct CellKey {
     pub phase: Phase,
     /// Prompt length in tokens.
     pub context: u32,
-    /// Simultaneous requests (1 for prefill cells).
+    /// Simultaneous requests (1 for prefill cells; 0 for rate cells, whose cap on
+    /// requests in flight is the run's `config.rate.max_concurrency`).
     pub concurrency: u32,
+    /// The offered request rate of a rate cell; `None` for every other phase.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rate: Option<Rate>,
 }
 
 impl CellKey {
@@ -50,6 +160,17 @@ impl CellKey {
             phase,
             context,
             concurrency,
+            rate: None,
+        }
+    }
+
+    /// A rate cell: open-loop arrivals at `rate` with prompts of `context` tokens.
+    pub fn rate(context: u32, rate: Rate) -> Self {
+        CellKey {
+            phase: Phase::Rate,
+            context,
+            concurrency: 0,
+            rate: Some(rate),
         }
     }
 
@@ -58,11 +179,16 @@ impl CellKey {
         Path::new(CELLS_DIR).join(self.partition_path())
     }
 
-    /// The cell's folder relative to `cells/` (or to the staging folder).
+    /// The cell's folder relative to `cells/` (or to the staging folder). A rate cell's
+    /// third level is `rate=<r>`, every other cell's `concurrency=<n>`.
     pub fn partition_path(&self) -> PathBuf {
+        let last = match self.rate {
+            Some(rate) => format!("rate={rate}"),
+            None => format!("concurrency={}", self.concurrency),
+        };
         PathBuf::from(format!("phase={}", self.phase))
             .join(format!("context={}", self.context))
-            .join(format!("concurrency={}", self.concurrency))
+            .join(last)
     }
 
     /// The cell's folder inside `run`.
@@ -75,7 +201,8 @@ impl CellKey {
         run.join(STAGING_DIR).join(self.partition_path())
     }
 
-    /// Parses a path that ends in `phase=<p>/context=<n>/concurrency=<n>`.
+    /// Parses a path that ends in `phase=<p>/context=<n>/concurrency=<n>` (or, for a
+    /// rate cell, `phase=rate/context=<n>/rate=<r>`).
     pub fn from_path(path: &Path) -> Result<Self> {
         let bad = || Error::BadCellPath {
             path: path.to_path_buf(),
@@ -86,7 +213,7 @@ impl CellKey {
             .take(3)
             .map(|c| c.as_os_str().to_str().ok_or_else(bad))
             .collect::<Result<_>>()?;
-        let [conc, ctx, phase] = parts[..] else {
+        let [last, ctx, phase] = parts[..] else {
             return Err(bad());
         };
         let value = |part: &'_ str, key: &str| -> Result<String> {
@@ -96,21 +223,34 @@ impl CellKey {
                 .ok_or_else(bad)
         };
         use crate::column::StrEnum;
-        Ok(CellKey {
-            phase: Phase::parse(&value(phase, "phase")?).ok_or_else(bad)?,
-            context: value(ctx, "context")?.parse().map_err(|_| bad())?,
-            concurrency: value(conc, "concurrency")?.parse().map_err(|_| bad())?,
-        })
+        let phase = Phase::parse(&value(phase, "phase")?).ok_or_else(bad)?;
+        let context = value(ctx, "context")?.parse().map_err(|_| bad())?;
+        if phase == Phase::Rate {
+            let rate = Rate::parse(&value(last, "rate")?).ok_or_else(bad)?;
+            // Only the canonical spelling names a cell (`rate=4`, not `rate=4.0`).
+            if last != format!("rate={rate}") {
+                return Err(bad());
+            }
+            return Ok(CellKey::rate(context, rate));
+        }
+        Ok(CellKey::new(
+            phase,
+            context,
+            value(last, "concurrency")?.parse().map_err(|_| bad())?,
+        ))
     }
 }
 
 impl fmt::Display for CellKey {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "{} context={} concurrency={}",
-            self.phase, self.context, self.concurrency
-        )
+        match self.rate {
+            Some(rate) => write!(f, "{} context={} rate={rate}", self.phase, self.context),
+            None => write!(
+                f,
+                "{} context={} concurrency={}",
+                self.phase, self.context, self.concurrency
+            ),
+        }
     }
 }
 

@@ -15,6 +15,7 @@ pub mod raw;
 pub mod reader;
 pub mod redact;
 pub mod rng;
+pub mod schedule;
 pub mod table;
 pub mod tables;
 pub mod verify;
@@ -24,7 +25,7 @@ pub use error::{Error, Result};
 // Re-exported for the `table!` and `str_enum!` macros and for crates that define tables.
 pub use arrow_array;
 pub use arrow_schema;
-pub use layout::{CellKey, Phase};
+pub use layout::{CellKey, Phase, Rate};
 pub use serde;
 pub use table::Table;
 pub use tables::{
@@ -34,6 +35,10 @@ pub use tables::{
 
 /// The trace format version this build writes and reads.
 pub const SCHEMA_VERSION: u32 = 1;
+/// The version of `manifest.json` and `cell.json` in a run that holds burst or rate
+/// cells (FORMAT.md, "Cell kinds"). Its tables are unchanged (still
+/// [`SCHEMA_VERSION`]); readers built before those cells refuse it as newer.
+pub const CELL_KINDS_VERSION: u32 = 2;
 /// This build's version.
 pub const TOOL_VERSION: &str = env!("CARGO_PKG_VERSION");
 /// Parquet `created_by` of every file this build writes.

@@ -9,7 +9,7 @@ use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
-use crate::layout::{CellKey, Phase};
+use crate::layout::{CellKey, Phase, Rate};
 use crate::str_enum;
 use crate::tables::Endpoint;
 use crate::{SCHEMA_VERSION, fsutil};
@@ -118,6 +118,38 @@ pub struct RunConfig {
     /// How prefill was measured; absent in older runs, which used `scout`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub prefill_mode: Option<PrefillMode>,
+    /// The burst cells' settings; absent in a run without burst cells.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub burst: Option<BurstConfig>,
+    /// The rate cells' settings; absent in a run without rate cells.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rate: Option<RateConfig>,
+}
+
+/// How a run's burst cells were recorded (`--mode burst`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BurstConfig {
+    /// Measured requests per cell, each run to completion.
+    pub requests: u32,
+}
+
+/// How a run's rate cells were recorded (`--rates`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RateConfig {
+    /// The offered rates, one cell per rate and context.
+    pub rates: Vec<Rate>,
+    pub arrival: crate::schedule::Arrival,
+    /// Seeds the Poisson gaps (mixed with each cell's rate).
+    pub seed: u64,
+    /// Each cell's schedule ends after this many requests …
+    pub requests: Option<u32>,
+    /// … or at this time after its start, whichever comes first.
+    pub duration_ns: Option<i64>,
+    /// Most requests in flight at once; a request due while that many run waits (and
+    /// its `sent_ns` shows by how much). Null: no cap.
+    pub max_concurrency: Option<u32>,
 }
 
 str_enum! {
@@ -155,13 +187,33 @@ pub struct CellEntry {
     pub phase: Phase,
     pub context: u32,
     pub concurrency: u32,
+    /// A rate cell's offered request rate (`"4"`, `"0.5"`, `"inf"`); absent otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rate: Option<Rate>,
     pub status: CellStatus,
     pub reason: Option<String>,
 }
 
 impl CellEntry {
     pub fn key(&self) -> CellKey {
-        CellKey::new(self.phase, self.context, self.concurrency)
+        CellKey {
+            phase: self.phase,
+            context: self.context,
+            concurrency: self.concurrency,
+            rate: self.rate,
+        }
+    }
+
+    /// A planned cell.
+    pub fn planned(key: CellKey) -> Self {
+        CellEntry {
+            phase: key.phase,
+            context: key.context,
+            concurrency: key.concurrency,
+            rate: key.rate,
+            status: CellStatus::Planned,
+            reason: None,
+        }
     }
 }
 
@@ -262,6 +314,9 @@ pub struct CellMeta {
     pub phase: Phase,
     pub context: u32,
     pub concurrency: u32,
+    /// A rate cell's offered request rate; absent otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rate: Option<Rate>,
     /// True only when every file below was written, synced and renamed into place.
     pub complete: bool,
     /// Every file of the cell by name (tables and raw capture).
@@ -270,7 +325,24 @@ pub struct CellMeta {
 
 impl CellMeta {
     pub fn key(&self) -> CellKey {
-        CellKey::new(self.phase, self.context, self.concurrency)
+        CellKey {
+            phase: self.phase,
+            context: self.context,
+            concurrency: self.concurrency,
+            rate: self.rate,
+        }
+    }
+}
+
+/// The JSON version a run's manifest (or a cell's commit mark) is written with:
+/// [`crate::CELL_KINDS_VERSION`] when it holds a burst or rate cell, so that readers
+/// which know only prefill and decode refuse it as newer; [`SCHEMA_VERSION`] otherwise,
+/// so that a matrix-only run stays readable by every v1 reader.
+pub fn json_version<I: IntoIterator<Item = Phase>>(phases: I) -> u32 {
+    if phases.into_iter().any(Phase::is_v2) {
+        crate::CELL_KINDS_VERSION
+    } else {
+        SCHEMA_VERSION
     }
 }
 
@@ -289,14 +361,14 @@ pub fn read_json<T: DeserializeOwned>(path: &Path, what: &'static str) -> Result
     let v: VersionOnly = serde_json::from_slice(&bytes).map_err(json_err)?;
     match v.schema_version {
         Some(serde_json::Value::Number(n)) => match n.as_u64() {
-            Some(found) if found > u64::from(SCHEMA_VERSION) => {
+            Some(found) if found > u64::from(crate::CELL_KINDS_VERSION) => {
                 return Err(Error::NewerVersion {
                     path: path.to_path_buf(),
                     found: u32::try_from(found).unwrap_or(u32::MAX),
-                    supported: SCHEMA_VERSION,
+                    supported: crate::CELL_KINDS_VERSION,
                 });
             }
-            Some(found) if found == u64::from(SCHEMA_VERSION) => {}
+            Some(found) if found >= u64::from(SCHEMA_VERSION) => {}
             _ => {
                 return Err(Error::BadVersion {
                     path: path.to_path_buf(),
@@ -339,9 +411,16 @@ impl Manifest {
         read_json(&run.join(crate::layout::MANIFEST_FILE), "run manifest")
     }
 
-    /// Writes `run/manifest.json` atomically.
+    /// Writes `run/manifest.json` atomically, with the version its cells need
+    /// ([`json_version`]).
     pub fn write(&self, run: &Path) -> Result<()> {
-        write_json(&run.join(crate::layout::MANIFEST_FILE), self)
+        let version = json_version(self.cells.iter().map(|c| c.phase));
+        if version == self.schema_version {
+            return write_json(&run.join(crate::layout::MANIFEST_FILE), self);
+        }
+        let mut versioned = self.clone();
+        versioned.schema_version = version;
+        write_json(&run.join(crate::layout::MANIFEST_FILE), &versioned)
     }
 }
 

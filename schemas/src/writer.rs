@@ -308,11 +308,12 @@ impl CellWriter {
         }
         files.insert(RAW_FILE.to_string(), raw.finish()?);
         let meta = CellMeta {
-            schema_version: SCHEMA_VERSION,
+            schema_version: crate::manifest::json_version([key.phase]),
             created_by: CREATED_BY.to_string(),
             phase: key.phase,
             context: key.context,
             concurrency: key.concurrency,
+            rate: key.rate,
             complete: true,
             files,
         };

@@ -558,15 +558,14 @@ pub fn manifest(run_id: &str, cells: &[CellKey]) -> Manifest {
             prompt_tolerance_tokens: 8,
             prompt_nonces: Vec::new(),
             prefill_mode: None,
+            burst: None,
+            rate: None,
         },
         cells: cells
             .iter()
             .map(|k| CellEntry {
-                phase: k.phase,
-                context: k.context,
-                concurrency: k.concurrency,
                 status: CellStatus::Complete,
-                reason: None,
+                ..CellEntry::planned(*k)
             })
             .collect(),
         reparsed: None,

@@ -98,6 +98,7 @@ fn incomplete_cell_is_reported() {
         phase: Phase::Decode,
         context: 1,
         concurrency: 1,
+        rate: None,
         complete: false,
         files: Default::default(),
     };
@@ -108,10 +109,25 @@ fn incomplete_cell_is_reported() {
 
 #[test]
 fn cell_paths_parse() {
-    let key = CellKey::new(Phase::Decode, 131072, 128);
-    assert_eq!(CellKey::from_path(&key.rel_dir()).expect("parse"), key);
+    let rate = |r| tokentrace_schemas::Rate::parse(r).expect("rate");
+    for key in [
+        CellKey::new(Phase::Decode, 131072, 128),
+        CellKey::new(Phase::Burst, 8192, 4),
+        CellKey::rate(8192, rate("0.5")),
+        CellKey::rate(8192, tokentrace_schemas::Rate::INF),
+    ] {
+        assert_eq!(CellKey::from_path(&key.rel_dir()).expect("parse"), key);
+    }
+    assert_eq!(
+        CellKey::rate(1024, rate("2.5")).rel_dir(),
+        std::path::Path::new("cells/phase=rate/context=1024/rate=2.5")
+    );
     for bad in [
         "cells/phase=decode/context=8K/concurrency=1",
+        "cells/phase=rate/context=1/concurrency=1",
+        "cells/phase=rate/context=1/rate=2.50",
+        "cells/phase=rate/context=1/rate=0",
+        "cells/phase=decode/context=1/rate=2",
         "cells/phase=train/context=1/concurrency=1",
         "cells/context=1/concurrency=1",
         "concurrency=1",
@@ -119,6 +135,45 @@ fn cell_paths_parse() {
         let err = CellKey::from_path(std::path::Path::new(bad)).expect_err(bad);
         assert!(matches!(err, Error::BadCellPath { .. }), "{err:?}");
     }
+}
+
+/// Burst and rate cells write version 2 where they appear (cell.json, and the manifest
+/// of a run holding one); a matrix-only run stays at version 1 for older readers.
+#[test]
+fn new_cell_kinds_write_version_2() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let run = dir.path();
+    let rate = CellKey::rate(1024, tokentrace_schemas::Rate::parse("4").expect("rate"));
+    let decode = CellKey::new(Phase::Decode, 1024, 2);
+    for key in [rate, decode] {
+        CellWriter::create(run, key)
+            .expect("create")
+            .commit()
+            .expect("commit");
+    }
+    let meta = CellMeta::read_complete(&rate.dir(run)).expect("rate cell");
+    assert_eq!((meta.schema_version, meta.key()), (2, rate));
+    let meta = CellMeta::read_complete(&decode.dir(run)).expect("decode cell");
+    assert_eq!(meta.schema_version, 1);
+    let listed: Vec<CellKey> = list_cells(run)
+        .expect("list")
+        .into_iter()
+        .map(|(k, _)| k)
+        .collect();
+    assert_eq!(listed, vec![decode, rate]);
+    let mut m = tokentrace_testkit::synth::manifest("r", &[decode]);
+    m.write(run).expect("write");
+    assert_eq!(
+        tokentrace_schemas::manifest::Manifest::read(run)
+            .expect("read")
+            .schema_version,
+        1
+    );
+    m = tokentrace_testkit::synth::manifest("r", &[decode, rate]);
+    m.write(run).expect("write");
+    let back = tokentrace_schemas::manifest::Manifest::read(run).expect("read");
+    assert_eq!(back.schema_version, 2);
+    assert_eq!(back.cells[1].key(), rate);
 }
 
 #[test]
