@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
-use tokentrace_schemas::layout::{CellKey, Phase};
+use tokentrace_schemas::layout::{CellKey, Phase, Rate};
 use tokentrace_schemas::manifest::CellStatus;
 
 use crate::presets::Preset;
@@ -60,6 +60,12 @@ pub struct RunInfo {
     /// Whether any cell carries GPU telemetry.
     #[serde(default)]
     pub gpu_telemetry: bool,
+    /// Measured requests per burst cell (runs with burst cells).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub burst_requests: Option<u32>,
+    /// How the rate cells were driven (runs with rate cells).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rate: Option<tokentrace_schemas::manifest::RateConfig>,
 }
 
 /// A cell's verdict.
@@ -258,6 +264,13 @@ pub struct Summary {
     pub max: Option<f64>,
 }
 
+impl Summary {
+    /// No values.
+    pub fn is_empty(&self) -> bool {
+        self.n == 0
+    }
+}
+
 /// A cell's figures (times in ms, rates in tokens/s).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -307,6 +320,25 @@ pub struct Figures {
     /// Decode: output tokens per joule of GPU energy (total tok/s over `gpu_power_w`).
     #[serde(default)]
     pub tokens_per_joule: Option<f64>,
+    /// Burst and rate: completed requests per second over the cell's span (window open
+    /// to window close).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub request_rate: Option<f64>,
+    /// Rate: the offered rate, requests per second (null for `inf`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub offered_rate: Option<f64>,
+    /// Rate: how late each measured request left after its scheduled time
+    /// (`sent_ns − scheduled_ns`), ms: the client's lag, and the wait for a place under
+    /// `max_concurrency`.
+    #[serde(default, skip_serializing_if = "Summary::is_empty")]
+    pub schedule_lag_ms: Summary,
+    /// Rate: whether the cell met the rule set's SLO (null without one) …
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub slo_met: Option<bool>,
+    /// … and each limit it missed (`p99 ttft 2310 ms > 2000 ms`), or why it could not
+    /// be judged.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub slo_misses: Vec<String>,
 }
 
 /// One cell of the matrix, scored (or why not).
@@ -316,6 +348,9 @@ pub struct CellScore {
     pub phase: Phase,
     pub context: u32,
     pub concurrency: u32,
+    /// A rate cell's offered rate (`"4"`, `"inf"`); absent for other cells.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rate: Option<Rate>,
     pub state: CellScoreState,
     /// Why the cell is not complete.
     pub reason: Option<String>,
@@ -330,7 +365,12 @@ pub struct CellScore {
 
 impl CellScore {
     pub fn key(&self) -> CellKey {
-        CellKey::new(self.phase, self.context, self.concurrency)
+        CellKey {
+            phase: self.phase,
+            context: self.context,
+            concurrency: self.concurrency,
+            rate: self.rate,
+        }
     }
 
     /// The status column: the verdict, or the cell's state when it was not scored.

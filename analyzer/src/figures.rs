@@ -101,8 +101,9 @@ impl Figure {
     }
 }
 
-const BOTH: &[Phase] = &[Phase::Prefill, Phase::Decode];
-const DECODE: &[Phase] = &[Phase::Decode];
+const BOTH: &[Phase] = &[Phase::Prefill, Phase::Decode, Phase::Burst, Phase::Rate];
+/// Every phase whose cells stream many requests (decode, burst, rate).
+const DECODE: &[Phase] = &[Phase::Decode, Phase::Burst, Phase::Rate];
 
 const fn column(header: &'static str, show: Show, phases: &'static [Phase]) -> Option<Column> {
     Some(Column {
@@ -226,6 +227,53 @@ pub const FIGURES: &[Figure] = &[
         compared: true,
         column: None,
         read: |f| Value::Number(f.tokens_per_joule),
+    },
+    Figure {
+        name: "e2e_latency_ms_p99",
+        csv: "e2e_latency_ms_p99",
+        compared: true,
+        column: None,
+        read: |f| Value::Number(f.e2e_latency_ms.percentiles.get("p99").copied()),
+    },
+    Figure {
+        name: "ttft_ms_p99",
+        csv: "ttft_ms_p99",
+        compared: true,
+        column: None,
+        read: |f| Value::Number(f.ttft_ms.percentiles.get("p99").copied()),
+    },
+    Figure {
+        name: "request_rate",
+        csv: "request_rate",
+        compared: true,
+        column: None,
+        read: |f| Value::Number(f.request_rate),
+    },
+    Figure {
+        name: "offered_rate",
+        csv: "offered_rate",
+        compared: false,
+        column: None,
+        read: |f| Value::Number(f.offered_rate),
+    },
+    Figure {
+        name: "schedule_lag_ms",
+        csv: "schedule_lag_ms_p99",
+        compared: true,
+        column: None,
+        read: |f| Value::Number(f.schedule_lag_ms.percentiles.get("p99").copied()),
+    },
+    Figure {
+        name: "slo_met",
+        csv: "slo_met",
+        compared: false,
+        column: None,
+        read: |f| {
+            Value::Text(
+                f.slo_met
+                    .map(|m| if m { "met" } else { "missed" }.to_string()),
+            )
+        },
     },
 ];
 

@@ -340,6 +340,8 @@ pub fn html_with_traces(s: &Scoring, traces: &BTreeMap<CellKey, CellTrace>) -> S
 
     prefill_section(&mut o, s);
     decode_section(&mut o, s);
+    burst_section(&mut o, s);
+    rate_section(&mut o, s);
 
     let (headers, rows) = measurements(s);
     let _ = writeln!(
@@ -412,6 +414,132 @@ fn phase_name(p: Phase) -> &'static str {
     match p {
         Phase::Prefill => "prefill",
         Phase::Decode => "decode",
+        Phase::Burst => "burst",
+        Phase::Rate => "rate",
+    }
+}
+
+fn table(o: &mut String, id: &str, t: &crate::render::Table) {
+    let _ = writeln!(o, "<table id=\"{id}\">\n<thead><tr>");
+    for h in &t.headers {
+        let _ = write!(o, "<th>{}</th>", escape(h));
+    }
+    let _ = writeln!(o, "</tr></thead>\n<tbody>");
+    for row in &t.rows {
+        let _ = write!(o, "<tr>");
+        for text in row {
+            let _ = write!(o, "<td>{}</td>", escape(text));
+        }
+        let _ = writeln!(o, "</tr>");
+    }
+    let _ = writeln!(o, "</tbody>\n</table>");
+}
+
+fn burst_section(o: &mut String, s: &Scoring) {
+    let Some(t) = crate::render::burst_table(s) else {
+        return;
+    };
+    let _ = writeln!(
+        o,
+        "<h2>Burst / E2E</h2>\n<p>exactly {} requests per cell at the given concurrency, each run to completion · latencies in ms as p50 / p90 / p99 / max</p>",
+        s.run
+            .burst_requests
+            .map_or_else(|| "—".to_string(), |n| n.to_string())
+    );
+    table(o, "burst", &t);
+}
+
+/// The latency-versus-rate curve of one context as an inline SVG (no script): p50 and
+/// p99 E2E latency and p99 TTFT against the offered rate, log-scaled on both axes; the
+/// knee's rate is marked.
+fn rate_chart(o: &mut String, c: &crate::render::RateCurve) {
+    let pts = &c.points;
+    let ys: Vec<f64> = pts
+        .iter()
+        .flat_map(|p| [p.e2e_p50, p.e2e_p99, p.ttft_p99])
+        .flatten()
+        .filter(|v| *v > 0.0)
+        .collect();
+    if pts.len() < 2 || ys.is_empty() {
+        return;
+    }
+    let (w, h, m) = (560.0, 240.0, 48.0);
+    let lx = |x: f64| x.max(1e-3).ln();
+    let (x0, x1) = pts.iter().fold((f64::MAX, f64::MIN), |(a, b), p| {
+        (a.min(lx(p.x)), b.max(lx(p.x)))
+    });
+    let (y0, y1) = ys.iter().fold((f64::MAX, f64::MIN), |(a, b), y| {
+        (a.min(y.ln()), b.max(y.ln()))
+    });
+    let sx = |x: f64| m + (lx(x) - x0) / (x1 - x0).max(1e-9) * (w - 2.0 * m);
+    let sy = |y: f64| h - m - (y.ln() - y0) / (y1 - y0).max(1e-9) * (h - 2.0 * m);
+    let _ = writeln!(
+        o,
+        "<svg class=\"rate-curve\" viewBox=\"0 0 {w} {h}\" width=\"{w}\" height=\"{h}\" role=\"img\" aria-label=\"latency against offered rate, {}\">",
+        escape(&context_label(c.context))
+    );
+    let _ = writeln!(
+        o,
+        "<line x1=\"{m}\" y1=\"{}\" x2=\"{}\" y2=\"{}\" stroke=\"#888\"/><line x1=\"{m}\" y1=\"{m}\" x2=\"{m}\" y2=\"{}\" stroke=\"#888\"/>",
+        h - m,
+        w - m,
+        h - m,
+        h - m
+    );
+    type Pick = fn(&crate::render::RatePoint) -> Option<f64>;
+    let lines: [(&str, &str, Pick); 3] = [
+        ("E2E p50", "#1f77b4", |p| p.e2e_p50),
+        ("E2E p99", "#d62728", |p| p.e2e_p99),
+        ("TTFT p99", "#2ca02c", |p| p.ttft_p99),
+    ];
+    for (i, (name, colour, pick)) in lines.iter().enumerate() {
+        let line: Vec<String> = pts
+            .iter()
+            .filter_map(|p| {
+                let y = pick(p)?;
+                (y > 0.0).then(|| format!("{:.1},{:.1}", sx(p.x), sy(y)))
+            })
+            .collect();
+        let _ = writeln!(
+            o,
+            "<polyline fill=\"none\" stroke=\"{colour}\" stroke-width=\"2\" points=\"{}\"/><text x=\"{}\" y=\"{}\" fill=\"{colour}\" font-size=\"11\">{name}</text>",
+            line.join(" "),
+            w - m - 70.0,
+            m + 14.0 * i as f64
+        );
+    }
+    for p in pts {
+        let _ = writeln!(
+            o,
+            "<text x=\"{:.1}\" y=\"{}\" font-size=\"10\" text-anchor=\"middle\">{}</text>",
+            sx(p.x),
+            h - m + 14.0,
+            escape(&p.label)
+        );
+    }
+    let _ = writeln!(
+        o,
+        "<text x=\"{}\" y=\"{}\" font-size=\"11\" text-anchor=\"middle\">offered req/s (log)</text><text x=\"12\" y=\"{m}\" font-size=\"11\">ms (log)</text>\n</svg>",
+        w / 2.0,
+        h - 8.0
+    );
+}
+
+fn rate_section(o: &mut String, s: &Scoring) {
+    let curves = crate::render::rate_curves(s);
+    if curves.is_empty() {
+        return;
+    }
+    let _ = writeln!(
+        o,
+        "<h2>Request rate</h2>\n<p>{}</p>",
+        escape(&crate::render::rate_intro(s))
+    );
+    for c in &curves {
+        let _ = writeln!(o, "<h3>{}</h3>", escape(&context_label(c.context)));
+        table(o, &format!("rate-{}", c.context), &c.table);
+        rate_chart(o, c);
+        let _ = writeln!(o, "<p class=\"knee\">{}</p>", escape(&c.knee));
     }
 }
 

@@ -24,6 +24,8 @@ pub struct RequestInfo {
     pub prompt_tokens_server: Option<i64>,
     /// Prompt tokens the server served from its prefix cache (when it said).
     pub cached_tokens: Option<i64>,
+    /// When it was due: a rate cell's schedule; when it was run, for other cells.
+    pub scheduled_ns: i64,
     pub sent_ns: Option<i64>,
     pub end_ns: Option<i64>,
     pub error: Option<String>,
@@ -155,16 +157,27 @@ impl Cols<'_> {
         let phase = self.str("phase")?;
         let context = self.i64("context")?;
         let concurrency = self.i64("concurrency")?;
+        let rate = self.i64("rate")?;
         Ok(phase
             .into_iter()
             .zip(context)
             .zip(concurrency)
-            .map(|((p, c), n)| {
-                Some(CellKey::new(
+            .zip(rate)
+            .map(|(((p, c), n), r)| {
+                let key = CellKey::new(
                     Phase::parse(p.as_deref()?)?,
                     u32::try_from(c?).ok()?,
                     u32::try_from(n?).ok()?,
-                ))
+                );
+                match u32::try_from(r?).ok()? {
+                    0 => Some(key),
+                    milli => Some(CellKey {
+                        rate: Some(tokentrace_schemas::Rate::from_milli(milli).or_else(|| {
+                            (milli == u32::MAX).then_some(tokentrace_schemas::Rate::INF)
+                        })?),
+                        ..key
+                    }),
+                }
             })
             .collect())
     }
@@ -239,6 +252,7 @@ fn load_events(run: &Run, events: LazyFrame, out: &mut Loaded) -> Result<()> {
             col("phase"),
             col("context"),
             col("concurrency"),
+            col("rate"),
             col("time_ns"),
             col("kind"),
             col("detail"),
@@ -288,12 +302,14 @@ fn load_requests(run: &Run, requests: LazyFrame, out: &mut Loaded) -> Result<()>
             col("phase"),
             col("context"),
             col("concurrency"),
+            col("rate"),
             col("request_id"),
             col("role"),
             col("end_reason"),
             col("prompt_tokens_requested"),
             col("prompt_tokens_server"),
             col("cached_tokens_server"),
+            col("scheduled_ns"),
             col("sent_ns"),
             col("end_ns"),
             col("error"),
@@ -308,6 +324,7 @@ fn load_requests(run: &Run, requests: LazyFrame, out: &mut Loaded) -> Result<()>
     let asked = c.i64("prompt_tokens_requested")?;
     let server = c.i64("prompt_tokens_server")?;
     let cached = c.i64("cached_tokens_server")?;
+    let scheduled = c.i64("scheduled_ns")?;
     let sent = c.i64("sent_ns")?;
     let end = c.i64("end_ns")?;
     let error = c.str("error")?;
@@ -331,6 +348,7 @@ fn load_requests(run: &Run, requests: LazyFrame, out: &mut Loaded) -> Result<()>
             prompt_tokens_requested: asked[i].unwrap_or(0),
             prompt_tokens_server: server[i],
             cached_tokens: cached[i],
+            scheduled_ns: scheduled[i].ok_or_else(|| bad("null scheduled_ns"))?,
             sent_ns: sent[i],
             end_ns: end[i],
             error: error[i].clone(),
@@ -358,6 +376,12 @@ fn windows(run: &Run, out: &Loaded) -> Result<DataFrame> {
             "concurrency".into(),
             map.keys()
                 .map(|k| i64::from(k.concurrency))
+                .collect::<Vec<_>>(),
+        ),
+        Column::new(
+            "rate".into(),
+            map.keys()
+                .map(|k| k.rate.map_or(0, |r| i64::from(r.milli())))
                 .collect::<Vec<_>>(),
         ),
         Column::new("open".into(), map.values().map(|w| w.0).collect::<Vec<_>>()),
@@ -422,6 +446,7 @@ fn load_chunks(run: &Run, chunks: LazyFrame, out: &mut Loaded) -> Result<()> {
             col("phase"),
             col("context"),
             col("concurrency"),
+            col("rate"),
             col("request_id"),
             col("seq"),
             col("arrival_ns"),
@@ -433,8 +458,18 @@ fn load_chunks(run: &Run, chunks: LazyFrame, out: &mut Loaded) -> Result<()> {
         ])
         .join(
             windows.lazy(),
-            [col("phase"), col("context"), col("concurrency")],
-            [col("phase"), col("context"), col("concurrency")],
+            [
+                col("phase"),
+                col("context"),
+                col("concurrency"),
+                col("rate"),
+            ],
+            [
+                col("phase"),
+                col("context"),
+                col("concurrency"),
+                col("rate"),
+            ],
             JoinArgs::new(JoinType::Left),
         )
         .with_column(
@@ -635,6 +670,7 @@ fn load_metrics(run: &Run, metrics: LazyFrame, series: &[String], out: &mut Load
             col("phase"),
             col("context"),
             col("concurrency"),
+            col("rate"),
             col("scrape_start_ns"),
             col("scrape_end_ns"),
             col("name"),

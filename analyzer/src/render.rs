@@ -1,10 +1,12 @@
 //! Renders a [`Scoring`]: Markdown in the reference report's layout (header, Prefill,
-//! Sustained decode matrix, legend, All measurements, notes, footer) with its number
-//! formats, CSV with one row per cell at full precision, and the JSON document itself.
+//! Sustained decode matrix, legend, Burst / E2E, Request rate with its knee, All
+//! measurements, notes, footer) with its number formats, CSV with one row per cell at
+//! full precision, and the JSON document itself.
 
 use std::collections::BTreeSet;
 use std::fmt::Write as _;
 
+use tokentrace_schemas::column::StrEnum;
 use tokentrace_schemas::layout::Phase;
 
 use crate::contract::{CellScore, Evidence, Figures, LoopEvidence, Scoring, Verdict, Warning};
@@ -126,6 +128,34 @@ pub(crate) fn matrix_axes(s: &Scoring) -> (Vec<u32>, Vec<u32>) {
     (contexts.into_iter().collect(), levels.into_iter().collect())
 }
 
+/// The line under the Request rate heading: how arrivals were made and what the knee is.
+pub(crate) fn rate_intro(s: &Scoring) -> String {
+    let Some(r) = &s.run.rate else {
+        return "open-loop arrivals · latency against offered load".to_string();
+    };
+    let duration = r.duration_ns.map(|d| d as f64 / 1e9);
+    format!(
+        "open-loop {} arrivals (seed {}{}), each cell {} · latency against offered load; the knee is the highest rate whose cell, and every lower one, meets the SLO{}",
+        r.arrival.as_str(),
+        r.seed,
+        r.max_concurrency
+            .map(|m| format!(", at most {m} in flight"))
+            .unwrap_or_default(),
+        match (r.requests, duration) {
+            (Some(n), Some(d)) =>
+                format!("{n} requests or {} s, whichever ends first", fixed(d, 1)),
+            (Some(n), None) => format!("{n} requests"),
+            (None, Some(d)) => format!("{} s of arrivals", fixed(d, 1)),
+            (None, None) => "of unknown length".to_string(),
+        },
+        if s.rules.slo.is_set() {
+            format!(" ({})", s.rules.slo.describe())
+        } else {
+            String::new()
+        }
+    )
+}
+
 pub(crate) fn header(s: &Scoring) -> Header {
     let r = &s.run;
     let (contexts, levels) = matrix_axes(s);
@@ -137,13 +167,38 @@ pub(crate) fn header(s: &Scoring) -> Header {
         .flatten()
         .map(str::to_string)
         .collect();
-    subtitle.push(format!(
-        "{} ({}) × {} ({})",
-        count_of(contexts.len(), "context", "contexts"),
-        range_label(&contexts, context_label),
-        count_of(levels.len(), "concurrency level", "concurrency levels"),
-        range_label(&levels, |n| n.to_string())
-    ));
+    let has = |p: Phase| s.cells.iter().any(|c| c.phase == p);
+    if !contexts.is_empty() || !(has(Phase::Burst) || has(Phase::Rate)) {
+        subtitle.push(format!(
+            "{} ({}) × {} ({})",
+            count_of(contexts.len(), "context", "contexts"),
+            range_label(&contexts, context_label),
+            count_of(levels.len(), "concurrency level", "concurrency levels"),
+            range_label(&levels, |n| n.to_string())
+        ));
+    }
+    if has(Phase::Burst) {
+        let n: BTreeSet<u32> = s
+            .cells
+            .iter()
+            .filter(|c| c.phase == Phase::Burst)
+            .map(|c| c.concurrency)
+            .collect();
+        let n: Vec<u32> = n.into_iter().collect();
+        subtitle.push(format!(
+            "burst of {} requests at {} at once",
+            s.run
+                .burst_requests
+                .map_or_else(|| DASH.to_string(), |v| v.to_string()),
+            range_label(&n, |v| v.to_string())
+        ));
+    }
+    if has(Phase::Rate) {
+        let rates: BTreeSet<tokentrace_schemas::Rate> =
+            s.cells.iter().filter_map(|c| c.rate).collect();
+        let rates: Vec<String> = rates.iter().map(|r| r.to_string()).collect();
+        subtitle.push(format!("rates {} req/s", rates.join(", ")));
+    }
     if !prefill.is_empty() {
         let at: Vec<String> = prefill.iter().map(|c| context_label(c.context)).collect();
         subtitle.push(format!("prefill at {}", at.join(", ")));
@@ -211,7 +266,26 @@ pub(crate) fn header(s: &Scoring) -> Header {
         fact("Target", r.target.clone()),
         fact("Endpoint", r.endpoint.clone()),
         fact("Benchmark tool", r.recorded_by.clone()),
-        fact("Decode test", "Fixed duration".to_string()),
+        fact(
+            "Decode test",
+            {
+                let has = |p: Phase| s.cells.iter().any(|c| c.phase == p);
+                let mut tests = Vec::new();
+                if has(Phase::Decode) || has(Phase::Prefill) {
+                    tests.push("Fixed duration".to_string());
+                }
+                if has(Phase::Burst) {
+                    tests.push("Burst / E2E (request count)".to_string());
+                }
+                if has(Phase::Rate) {
+                    tests.push("Open-loop request rate".to_string());
+                }
+                if tests.is_empty() {
+                    tests.push("Fixed duration".to_string());
+                }
+                tests.join(", ")
+            },
+        ),
         fact(
             "Prefill mode",
             if r.prefill_mode == "warmup" {
@@ -339,6 +413,26 @@ fn markdown(s: &Scoring) -> String {
         let footer = matrix_footer(s);
         if !footer.is_empty() {
             let _ = writeln!(o, "\n{}", footer.join("\n"));
+        }
+    }
+
+    if let Some(t) = burst_table(s) {
+        let _ = writeln!(
+            o,
+            "\n## Burst / E2E\n\nexactly {} requests per cell at the given concurrency, each run to completion · latencies in ms as p50 / p90 / p99 / max\n",
+            s.run
+                .burst_requests
+                .map_or_else(|| DASH.to_string(), |n| thousands(i64::from(n)))
+        );
+        t.markdown(&mut o);
+    }
+    let curves = rate_curves(s);
+    if !curves.is_empty() {
+        let _ = writeln!(o, "\n## Request rate\n\n{}\n", rate_intro(s));
+        for c in &curves {
+            let _ = writeln!(o, "### {}\n", context_label(c.context));
+            c.table.markdown(&mut o);
+            let _ = writeln!(o, "\n{}\n", c.knee);
         }
     }
 
@@ -546,13 +640,7 @@ pub(crate) fn measurements(s: &Scoring) -> (Vec<String>, Vec<Row>) {
         .map(|c| {
             let f = shown(c);
             let mut row: Row = vec![
-                (
-                    match c.phase {
-                        Phase::Prefill => "Prefill".to_string(),
-                        Phase::Decode => "Sustained decode".to_string(),
-                    },
-                    None,
-                ),
+                (phase_label(c), None),
                 (context_label(c.context), Some(f64::from(c.context))),
                 (c.concurrency.to_string(), Some(f64::from(c.concurrency))),
                 (c.status_label(), None),
@@ -589,10 +677,253 @@ pub(crate) fn scored_by(s: &Scoring) -> String {
 }
 
 fn cell_name(c: &CellScore) -> String {
-    match c.phase {
-        Phase::Prefill => format!("Prefill {}", context_label(c.context)),
-        Phase::Decode => format!("Decode {} × {}", context_label(c.context), c.concurrency),
+    match (c.phase, c.rate) {
+        (Phase::Prefill, _) => format!("Prefill {}", context_label(c.context)),
+        (Phase::Decode, _) => format!("Decode {} × {}", context_label(c.context), c.concurrency),
+        (Phase::Burst, _) => format!("Burst {} × {}", context_label(c.context), c.concurrency),
+        (Phase::Rate, r) => format!(
+            "Rate {} at {} req/s",
+            context_label(c.context),
+            r.map_or_else(|| DASH.to_string(), |r| r.to_string())
+        ),
     }
+}
+
+/// The "Phase" column's text of a cell.
+pub(crate) fn phase_label(c: &CellScore) -> String {
+    match (c.phase, c.rate) {
+        (Phase::Prefill, _) => "Prefill".to_string(),
+        (Phase::Decode, _) => "Sustained decode".to_string(),
+        (Phase::Burst, _) => "Burst / E2E".to_string(),
+        (Phase::Rate, r) => format!(
+            "Rate {} req/s",
+            r.map_or_else(|| DASH.to_string(), |r| r.to_string())
+        ),
+    }
+}
+
+/// `p50 / p90 / p99 / max` of a summary in ms with `decimals` (`—` for what it lacks).
+pub(crate) fn spread(s: &crate::contract::Summary, decimals: usize) -> String {
+    let p = |k: &str| s.percentiles.get(k).copied();
+    [s.median, p("p90"), p("p99"), s.max]
+        .iter()
+        .map(|v| opt(*v, |x| fixed(x, decimals)))
+        .collect::<Vec<_>>()
+        .join(" / ")
+}
+
+/// `p50 / p99` of a summary in ms with `decimals` (`—` for what it lacks).
+fn p50_p99(s: &crate::contract::Summary, decimals: usize) -> String {
+    [s.median, s.percentiles.get("p99").copied()]
+        .iter()
+        .map(|v| opt(*v, |x| fixed(x, decimals)))
+        .collect::<Vec<_>>()
+        .join(" / ")
+}
+
+/// A table, format-free: its headers and the text of each row.
+pub(crate) struct Table {
+    pub headers: Vec<String>,
+    pub rows: Vec<Vec<String>>,
+}
+
+impl Table {
+    fn markdown(&self, o: &mut String) {
+        let _ = writeln!(o, "| {} |", self.headers.join(" | "));
+        let _ = writeln!(o, "|{}", "---|".repeat(self.headers.len()));
+        for row in &self.rows {
+            let _ = writeln!(o, "| {} |", row.join(" | "));
+        }
+    }
+}
+
+/// The Burst / E2E section: one row per burst cell (context, then requests at once),
+/// E2E latency, TTFT, ITL and time between tokens as p50 / p90 / p99 / max in ms, the
+/// completed request rate and output tok/s over the cell's span. `None` without burst
+/// cells.
+pub(crate) fn burst_table(s: &Scoring) -> Option<Table> {
+    let cells: Vec<&CellScore> = s.cells.iter().filter(|c| c.phase == Phase::Burst).collect();
+    if cells.is_empty() {
+        return None;
+    }
+    let headers = [
+        "Context",
+        "Requests at once",
+        "Requests",
+        "Status",
+        "E2E ms (p50 / p90 / p99 / max)",
+        "TTFT ms",
+        "ITL ms",
+        "Time between tokens ms",
+        "Requests/s",
+        "Output tok/s",
+    ]
+    .map(str::to_string)
+    .to_vec();
+    let rows = cells
+        .iter()
+        .map(|c| {
+            let f = shown(c);
+            let sp = |pick: fn(&Figures) -> &crate::contract::Summary, decimals| {
+                f.map_or_else(|| DASH.to_string(), |f| spread(pick(f), decimals))
+            };
+            vec![
+                context_label(c.context),
+                c.concurrency.to_string(),
+                f.map_or_else(|| DASH.to_string(), |f| thousands(f.completed_requests)),
+                c.status_label(),
+                sp(|f| &f.e2e_latency_ms, 0),
+                sp(|f| &f.ttft_ms, 0),
+                sp(|f| &f.itl_ms, 1),
+                sp(|f| &f.time_between_tokens_ms, 1),
+                opt(f.and_then(|f| f.request_rate), |x| fixed(x, 2)),
+                opt(f.and_then(|f| f.total_tok_s), |x| rate(x, false)),
+            ]
+        })
+        .collect();
+    Some(Table { headers, rows })
+}
+
+/// One context's latency-versus-rate curve: its table (one row per offered rate) and
+/// the line naming its knee.
+pub(crate) struct RateCurve {
+    pub context: u32,
+    pub table: Table,
+    pub knee: String,
+    /// One point per rate cell that shows figures.
+    pub points: Vec<RatePoint>,
+}
+
+/// One rate cell on the latency-versus-rate curve.
+pub(crate) struct RatePoint {
+    /// The offered rate as written (`4`, `inf`).
+    pub label: String,
+    /// The offered rate, req/s (`inf` plotted at twice the largest finite rate).
+    pub x: f64,
+    /// E2E latency p50 and p99, TTFT p99, ms.
+    pub e2e_p50: Option<f64>,
+    pub e2e_p99: Option<f64>,
+    pub ttft_p99: Option<f64>,
+}
+
+/// The Request rate section, per context: offered and achieved rate, the SLO, TTFT,
+/// time between tokens and E2E latency (p50 / p99), the schedule's lag, output tok/s;
+/// and the knee, the highest offered rate whose cell meets the rule set's SLO.
+pub(crate) fn rate_curves(s: &Scoring) -> Vec<RateCurve> {
+    let cells = || s.cells.iter().filter(|c| c.phase == Phase::Rate);
+    let contexts: BTreeSet<u32> = cells().map(|c| c.context).collect();
+    let slo = s.rules.slo.is_set().then(|| s.rules.slo.describe());
+    let finite_max = cells()
+        .filter_map(|c| c.rate.filter(|r| !r.is_inf()))
+        .map(|r| r.per_second())
+        .fold(0.0f64, f64::max);
+    contexts
+        .into_iter()
+        .map(|ctx| {
+            let mut row_cells: Vec<&CellScore> = cells().filter(|c| c.context == ctx).collect();
+            row_cells.sort_by_key(|c| c.rate);
+            let headers = [
+                "Offered req/s",
+                "Achieved req/s",
+                "Status",
+                "SLO",
+                "TTFT ms (p50 / p99)",
+                "Time between tokens ms (p50 / p99)",
+                "E2E ms (p50 / p99)",
+                "Schedule lag ms (p50 / p99)",
+                "Output tok/s",
+            ]
+            .map(str::to_string)
+            .to_vec();
+            let mut points = Vec::new();
+            let rows = row_cells
+                .iter()
+                .map(|c| {
+                    let f = shown(c);
+                    let r = c.rate.map_or_else(|| DASH.to_string(), |r| r.to_string());
+                    if let (Some(f), Some(rate)) = (f, c.rate) {
+                        let x = if rate.is_inf() {
+                            (finite_max * 2.0).max(1.0)
+                        } else {
+                            rate.per_second()
+                        };
+                        points.push(RatePoint {
+                            label: r.clone(),
+                            x,
+                            e2e_p50: f.e2e_latency_ms.median,
+                            e2e_p99: f.e2e_latency_ms.percentiles.get("p99").copied(),
+                            ttft_p99: f.ttft_ms.percentiles.get("p99").copied(),
+                        });
+                    }
+                    let slo_text = match c.figures.as_ref().and_then(|f| f.slo_met) {
+                        Some(true) => "met".to_string(),
+                        Some(false) => "missed".to_string(),
+                        None => DASH.to_string(),
+                    };
+                    vec![
+                        r,
+                        opt(f.and_then(|f| f.request_rate), |x| fixed(x, 2)),
+                        c.status_label(),
+                        slo_text,
+                        f.map_or_else(|| DASH.to_string(), |f| p50_p99(&f.ttft_ms, 0)),
+                        f.map_or_else(|| DASH.to_string(), |f| {
+                            p50_p99(&f.time_between_tokens_ms, 1)
+                        }),
+                        f.map_or_else(|| DASH.to_string(), |f| p50_p99(&f.e2e_latency_ms, 0)),
+                        f.map_or_else(|| DASH.to_string(), |f| p50_p99(&f.schedule_lag_ms, 2)),
+                        opt(f.and_then(|f| f.total_tok_s), |x| rate(x, false)),
+                    ]
+                })
+                .collect();
+            let knee = match &slo {
+                None => format!(
+                    "{}: no knee, the rule set {} has no SLO ([slo] in a rule file, then `tokentrace rescore`)",
+                    context_label(ctx),
+                    s.rules.id()
+                ),
+                Some(slo) => {
+                    let met = |c: &&&CellScore| c.figures.as_ref().and_then(|f| f.slo_met) == Some(true);
+                    // The knee: the highest rate met with every lower rate met too.
+                    let below_first_miss: Vec<&&CellScore> =
+                        row_cells.iter().take_while(met).collect();
+                    let first_miss = row_cells.iter().find(|c| !met(c));
+                    match (below_first_miss.last(), first_miss) {
+                        (Some(k), miss) => format!(
+                            "{}: knee at {} req/s, the highest offered rate that meets the SLO ({slo}){}",
+                            context_label(ctx),
+                            k.rate.map_or_else(|| DASH.to_string(), |r| r.to_string()),
+                            miss.map_or_else(
+                                || "; every rate recorded meets it".to_string(),
+                                |m| format!(
+                                    "; {} req/s misses it ({})",
+                                    m.rate.map_or_else(|| DASH.to_string(), |r| r.to_string()),
+                                    m.figures
+                                        .as_ref()
+                                        .map(|f| f.slo_misses.join(", "))
+                                        .filter(|t| !t.is_empty())
+                                        .unwrap_or_else(|| m.status_label())
+                                )
+                            )
+                        ),
+                        (None, _) => format!(
+                            "{}: no rate recorded meets the SLO ({slo}); the lowest was {} req/s",
+                            context_label(ctx),
+                            row_cells
+                                .first()
+                                .and_then(|c| c.rate)
+                                .map_or_else(|| DASH.to_string(), |r| r.to_string())
+                        ),
+                    }
+                }
+            };
+            RateCurve {
+                context: ctx,
+                table: Table { headers, rows },
+                knee,
+                points,
+            }
+        })
+        .collect()
 }
 
 fn g(v: f64) -> String {
@@ -838,12 +1169,13 @@ pub(crate) fn cell_notes(c: &CellScore) -> Vec<String> {
 
 /// CSV columns before the figures (the figures follow in [`FIGURES`] order, then
 /// `warnings`).
-const CSV_LEADING: [&str; 7] = [
+const CSV_LEADING: [&str; 8] = [
     "run_id",
     "rules",
     "phase",
     "context",
     "concurrency",
+    "rate",
     "state",
     "verdict",
 ];
@@ -900,6 +1232,7 @@ fn csv(s: &Scoring) -> String {
             c.phase.to_string(),
             c.context.to_string(),
             c.concurrency.to_string(),
+            c.rate.map(|r| r.to_string()).unwrap_or_default(),
             c.state.to_string(),
             verdict,
         ];

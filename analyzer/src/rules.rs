@@ -10,14 +10,19 @@ use tokentrace_schemas::column::StrEnum;
 use crate::error::{Error, Result};
 
 /// The built-in rule sets: (name, version, TOML text).
-pub const BUILTIN: [(&str, &str, &str); 4] = [
+pub const BUILTIN: [(&str, &str, &str); 5] = [
     (
         "reference",
         "0.6.2",
         include_str!("../rules/reference-0.6.2.toml"),
     ),
     // Newest first: `default` without a version is the newest.
-    ("default", "1.2.0", include_str!("../rules/default.toml")),
+    ("default", "1.3.0", include_str!("../rules/default.toml")),
+    (
+        "default",
+        "1.2.0",
+        include_str!("../rules/default-1.2.0.toml"),
+    ),
     (
         "default",
         "1.1.0",
@@ -298,6 +303,47 @@ pub struct TokenRules {
     pub count: TokenCount,
 }
 
+/// The service-level objective rate cells are judged against (the highest rate that
+/// meets it is the report's knee): every limit given must hold at `percentile`, and the
+/// cell must be Valid. Rule sets without an `[slo]` table (before default 1.3.0) judge
+/// nothing.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct SloRules {
+    /// The percentile the limits apply at, e.g. 99.
+    pub percentile: Option<f64>,
+    /// Most TTFT, ms.
+    pub ttft_ms: Option<f64>,
+    /// Most time between tokens (a request's decode time per token), ms.
+    pub time_between_tokens_ms: Option<f64>,
+    /// Most end-to-end latency, ms.
+    pub e2e_latency_ms: Option<f64>,
+}
+
+impl SloRules {
+    /// Whether the rule set has an SLO to judge.
+    pub fn is_set(&self) -> bool {
+        self.percentile.is_some()
+            && (self.ttft_ms.is_some()
+                || self.time_between_tokens_ms.is_some()
+                || self.e2e_latency_ms.is_some())
+    }
+
+    /// `p99 TTFT ≤ 2000 ms, p99 time between tokens ≤ 50 ms`.
+    pub fn describe(&self) -> String {
+        let p = self.percentile.unwrap_or(0.0);
+        [
+            ("TTFT", self.ttft_ms),
+            ("time between tokens", self.time_between_tokens_ms),
+            ("E2E latency", self.e2e_latency_ms),
+        ]
+        .iter()
+        .filter_map(|(name, limit)| limit.map(|l| format!("p{p} {name} ≤ {l} ms")))
+        .collect::<Vec<_>>()
+        .join(", ")
+    }
+}
+
 /// A complete rule set.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -318,6 +364,14 @@ pub struct RuleSet {
     pub cache: CacheRules,
     #[serde(default)]
     pub tokens: TokenRules,
+    #[serde(default, skip_serializing_if = "SloRules::is_default")]
+    pub slo: SloRules,
+}
+
+impl SloRules {
+    fn is_default(&self) -> bool {
+        *self == SloRules::default()
+    }
 }
 
 impl RuleSet {

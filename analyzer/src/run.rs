@@ -1,10 +1,12 @@
 //! A run folder opened for analysis: the manifest (version-checked), the state of every
 //! cell folder (complete, or incomplete with the reason), and lazy polars scans of a
-//! table across all complete cells with the Hive columns `phase`, `context`, `concurrency`.
+//! table across all complete cells with the key columns `phase`, `context`,
+//! `concurrency` and `rate`.
 
 use std::path::{Path, PathBuf};
 
 use polars::prelude::*;
+use tokentrace_schemas::column::StrEnum;
 use tokentrace_schemas::layout::{CELLS_DIR, list_cells};
 use tokentrace_schemas::manifest::{CellMeta, Manifest};
 use tokentrace_schemas::reader::open_table;
@@ -94,48 +96,53 @@ impl Run {
         })
     }
 
-    /// A lazy scan of `table` over every complete cell, with the Hive partition columns
-    /// `phase` (string), `context` and `concurrency` (int64) appended. `None` when no
-    /// cell is complete.
+    /// A lazy scan of `table` over every complete cell, with the cell's key appended as
+    /// columns: `phase` (string), `context`, `concurrency` and `rate` (int64; a rate
+    /// cell's rate in thousandths of a request per second, 0 for other cells). The key
+    /// comes from each folder's parsed path, not from Hive parsing, because rate cells'
+    /// folders have `rate=` where the others have `concurrency=`. `None` when no cell is
+    /// complete.
     pub fn scan(&self, table: &str) -> Result<Option<LazyFrame>> {
         if !TABLE_NAMES.contains(&table) {
             return Err(Error::UnknownTable(table.to_string()));
         }
         let cells_dir = self.dir.join(CELLS_DIR);
-        let prefix = format!("{}/", cells_dir.display());
-        let paths: Vec<PlRefPath> = self
+        let perr = |source| Error::Polars {
+            path: cells_dir.clone(),
+            source,
+        };
+        let frames = self
             .complete_cells()
-            .map(|(key, _)| {
-                PlRefPath::new(format!(
-                    "{prefix}{}/{table}.parquet",
-                    key.partition_path().display()
-                ))
+            .map(|(key, dir)| {
+                let path = PlRefPath::new(format!("{}/{table}.parquet", dir.display()));
+                let args = ScanArgsParquet {
+                    hive_options: HiveOptions {
+                        enabled: Some(false),
+                        ..HiveOptions::default()
+                    },
+                    glob: false,
+                    ..Default::default()
+                };
+                let frame = LazyFrame::scan_parquet(path, args)?;
+                Ok(frame.with_columns([
+                    lit(key.phase.as_str()).alias("phase"),
+                    lit(i64::from(key.context))
+                        .cast(DataType::Int64)
+                        .alias("context"),
+                    lit(i64::from(key.concurrency))
+                        .cast(DataType::Int64)
+                        .alias("concurrency"),
+                    lit(key.rate.map_or(0, |r| i64::from(r.milli())))
+                        .cast(DataType::Int64)
+                        .alias("rate"),
+                ]))
             })
-            .collect();
-        if paths.is_empty() {
+            .collect::<PolarsResult<Vec<LazyFrame>>>()
+            .map_err(perr)?;
+        if frames.is_empty() {
             return Ok(None);
         }
-        let hive_schema = Schema::from_iter([
-            Field::new("phase".into(), DataType::String),
-            Field::new("context".into(), DataType::Int64),
-            Field::new("concurrency".into(), DataType::Int64),
-        ]);
-        let args = ScanArgsParquet {
-            hive_options: HiveOptions {
-                enabled: Some(true),
-                hive_start_idx: prefix.len(),
-                schema: Some(Arc::new(hive_schema)),
-                try_parse_dates: false,
-            },
-            glob: false,
-            ..Default::default()
-        };
-        LazyFrame::scan_parquet_files(paths.into(), args)
-            .map(Some)
-            .map_err(|source| Error::Polars {
-                path: cells_dir,
-                source,
-            })
+        concat(frames, UnionArgs::default()).map(Some).map_err(perr)
     }
 
     /// Collects a scan (see [`Run::scan`]) into a data frame.

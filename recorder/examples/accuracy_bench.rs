@@ -108,6 +108,8 @@ async fn one(streams: u32, window: Duration) -> Result<String, String> {
         window,
         first_request_id: 1,
         preamble: Vec::new(),
+        requests: 0,
+        rate: None,
     };
     cell::record_decode(&ctx, &plan, &run)
         .await

@@ -1,7 +1,8 @@
-//! One cell of the matrix, recorded: a writer thread fed by a bounded channel, a metrics
-//! scraper, a 10 ms tick that measures the recorder's own lateness, and either one cold
-//! scout (prefill) or N closed-loop workers with readiness warm-up, a fixed window,
-//! cancel at window close and a drain barrier (decode). The cell commits atomically.
+//! One cell of a run, recorded: a writer thread fed by a bounded channel, a metrics
+//! scraper, a 10 ms tick that measures the recorder's own lateness, and one cold scout
+//! (prefill), N closed-loop workers with readiness warm-up, a fixed window, cancel at
+//! window close and a drain barrier (decode), exactly N requests run to completion
+//! (burst), or open-loop arrivals on a schedule (rate). The cell commits atomically.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -107,6 +108,10 @@ pub struct CellPlan {
     pub window: Duration,
     /// First request id of the cell (ids are unique within the run).
     pub first_request_id: i64,
+    /// Measured requests of a burst cell.
+    pub requests: u32,
+    /// The schedule's settings, for a rate cell.
+    pub rate: Option<tokentrace_schemas::manifest::RateConfig>,
     /// Records to write into the cell before its own (the run's probe request).
     pub preamble: Vec<Record>,
 }
@@ -148,6 +153,7 @@ impl Cell {
             body: body.clone(),
             prompt_tokens_requested: self.plan.prompt_tokens,
             max_tokens: Some(max_tokens),
+            scheduled_ns: None,
         }
     }
 
@@ -625,21 +631,7 @@ pub async fn record_decode(
     debug_assert_eq!(plan.key.phase, Phase::Decode);
     let (cell, handle) = start(ctx, plan, run).await?;
     let n = plan.key.concurrency.max(1);
-    let (stop_tx, stop_rx) = watch::channel(false);
-    let tick = tokio::spawn(tick_lateness(cell.tx.clone(), ctx.clock, stop_rx.clone()));
-    let scraper = {
-        let cell = cell.clone();
-        let mut stop = stop_rx.clone();
-        tokio::spawn(async move {
-            loop {
-                cell.scrape_once().await;
-                tokio::select! {
-                    () = tokio::time::sleep(cell.ctx.scrape_interval) => {}
-                    _ = stop.changed() => return,
-                }
-            }
-        })
-    };
+    let background = Background::start(&cell);
 
     cell.event(EventKind::WarmupStart, None, None).await;
     let mut lanes = prime(&cell, n).await.into_iter();
@@ -708,9 +700,7 @@ pub async fn record_decode(
             for w in workers {
                 let _ = w.await;
             }
-            let _ = stop_tx.send(true);
-            let _ = scraper.await;
-            let _ = tick.await;
+            background.stop().await;
             let why = cell.pacer.gave_up().unwrap_or(GaveUp {
                 message: "the server refused too many requests".to_string(),
                 permanent: false,
@@ -734,14 +724,65 @@ pub async fn record_decode(
         let _ = w.await;
     }
     cell.scrape_once().await;
+    drain(&cell).await;
+    background.stop().await;
+    if let Some(why) = cell.pacer.gave_up() {
+        return give_up(cell, handle, why).await;
+    }
+    finish(cell, handle).await
+}
 
-    // Drain barrier: the server reports nothing running or waiting, within the timeout.
+/// The tasks that run beside a cell's requests: the lateness tick and the scraper.
+struct Background {
+    stop: watch::Sender<bool>,
+    tick: tokio::task::JoinHandle<()>,
+    scraper: tokio::task::JoinHandle<()>,
+}
+
+impl Background {
+    fn start(cell: &Arc<Cell>) -> Self {
+        let (stop, stop_rx) = watch::channel(false);
+        let tick = tokio::spawn(tick_lateness(
+            cell.tx.clone(),
+            cell.ctx.clock,
+            stop_rx.clone(),
+        ));
+        let scraper = {
+            let cell = cell.clone();
+            let mut stop = stop_rx;
+            tokio::spawn(async move {
+                loop {
+                    cell.scrape_once().await;
+                    tokio::select! {
+                        () = tokio::time::sleep(cell.ctx.scrape_interval) => {}
+                        _ = stop.changed() => return,
+                    }
+                }
+            })
+        };
+        Background {
+            stop,
+            tick,
+            scraper,
+        }
+    }
+
+    async fn stop(self) {
+        let _ = self.stop.send(true);
+        let _ = self.scraper.await;
+        let _ = self.tick.await;
+    }
+}
+
+/// Drain barrier: waits until the server reports nothing running or waiting, within
+/// the drain timeout, and says how it ended in a `drain_end` event.
+async fn drain(cell: &Arc<Cell>) {
     cell.event(EventKind::DrainStart, None, None).await;
-    let deadline = Instant::now() + ctx.drain_timeout;
+    let deadline = Instant::now() + cell.ctx.drain_timeout;
     let drain = loop {
         match cell.scrape_once().await {
             Some((r, w)) if r == 0.0 && w == 0.0 => break Drain::Drained,
-            None if ctx.metrics_url.is_none() => {
+            None if cell.ctx.metrics_url.is_none() => {
                 tokio::time::sleep(NO_METRICS_WAIT).await;
                 break Drain::NoMetrics {
                     waited_ns: i64::try_from(NO_METRICS_WAIT.as_nanos()).unwrap_or(i64::MAX),
@@ -756,11 +797,208 @@ pub async fn record_decode(
     };
     let detail = drain.to_detail();
     cell.event(EventKind::DrainEnd, None, Some(detail)).await;
-    let _ = stop_tx.send(true);
-    let _ = scraper.await;
-    let _ = tick.await;
+}
+
+/// Ends a cell whose requests all ended: the last scrape, the drain, the commit (or
+/// nothing committed when the server refused too often).
+async fn close(
+    cell: Arc<Cell>,
+    handle: tokio::task::JoinHandle<Result<Recorded, CellError>>,
+    background: Background,
+) -> Result<Recorded, CellError> {
+    cell.event(EventKind::WindowClose, None, None).await;
+    cell.scrape_once().await;
+    drain(&cell).await;
+    background.stop().await;
     if let Some(why) = cell.pacer.gave_up() {
         return give_up(cell, handle, why).await;
     }
     finish(cell, handle).await
+}
+
+/// Records a burst cell: after priming, exactly `plan.requests` measured requests at
+/// `concurrency` in flight, each run to completion (a refused one is sent again after
+/// the backoff, and its refused row stays in the trace).
+pub async fn record_burst(
+    ctx: &RunCtx,
+    plan: &CellPlan,
+    run: &Path,
+) -> Result<Recorded, CellError> {
+    debug_assert_eq!(plan.key.phase, Phase::Burst);
+    let (cell, handle) = start(ctx, plan, run).await?;
+    let n = plan.key.concurrency.max(1).min(plan.requests.max(1));
+    let background = Background::start(&cell);
+    cell.event(EventKind::WarmupStart, None, None).await;
+    let lanes = prime(&cell, n).await;
+    cell.event(
+        EventKind::WarmupEnd,
+        None,
+        Some(Readiness::Ready.to_detail()),
+    )
+    .await;
+    cell.scrape_once().await;
+    cell.event(EventKind::WindowOpen, None, None).await;
+    let tickets = Arc::new(AtomicU64::new(0));
+    let total = u64::from(plan.requests);
+    let (cancel_tx, cancel_rx) = watch::channel(false);
+    let mut workers = Vec::new();
+    for (slot, mut lane) in (0..n).zip(lanes) {
+        let cell = cell.clone();
+        let tickets = tickets.clone();
+        let cancel = cancel_rx.clone();
+        workers.push(tokio::spawn(async move {
+            let slot = i32::try_from(slot).unwrap_or(i32::MAX);
+            let mut stop = cancel.clone();
+            'tickets: while tickets.fetch_add(1, Ordering::AcqRel) < total {
+                loop {
+                    if !cell.paced(&mut stop).await {
+                        break 'tickets;
+                    }
+                    let spec = cell.spec(
+                        Some(slot),
+                        Role::Measured,
+                        &cell.plan.body,
+                        cell.plan.max_tokens,
+                    );
+                    let ctl = RunCtl {
+                        counting: cell.ctx.counting,
+                        stall_timeout: cell.ctx.stall_timeout,
+                        cancel: cancel.clone(),
+                        first_token: None,
+                    };
+                    let ran = client::run(&mut lane, &spec, ctl, &cell.ctx.clock, &cell.tx).await;
+                    if !cell.account(&ran) {
+                        break 'tickets;
+                    }
+                    if ran.refused.is_none() {
+                        break;
+                    }
+                }
+            }
+        }));
+    }
+    let all = futures_util::future::join_all(workers);
+    tokio::pin!(all);
+    tokio::select! {
+        _ = &mut all => {}
+        () = cell.gave_up.notified() => {
+            let _ = cancel_tx.send(true);
+            all.await;
+        }
+    }
+    close(cell, handle, background).await
+}
+
+/// Records a rate cell: after priming, requests leave on the schedule of
+/// `plan.rate` (open loop: whatever the server does), each on a connection of its own
+/// while it runs (kept open for later requests), at most `max_concurrency` at once; a
+/// request due while that many run waits for one to end. Each runs to completion.
+pub async fn record_rate(ctx: &RunCtx, plan: &CellPlan, run: &Path) -> Result<Recorded, CellError> {
+    use tokentrace_schemas::schedule::Schedule;
+    debug_assert_eq!(plan.key.phase, Phase::Rate);
+    let (cell, handle) = start(ctx, plan, run).await?;
+    let background = Background::start(&cell);
+    cell.event(EventKind::WarmupStart, None, None).await;
+    let primed = prime(&cell, 1).await;
+    cell.event(
+        EventKind::WarmupEnd,
+        None,
+        Some(Readiness::Ready.to_detail()),
+    )
+    .await;
+    cell.scrape_once().await;
+    let schedule = match (&plan.rate, plan.key.rate) {
+        (Some(c), Some(rate)) => Schedule::new(
+            rate,
+            c.arrival,
+            c.seed,
+            c.requests.map(u64::from),
+            c.duration_ns,
+        ),
+        _ => {
+            return Err(CellError::Writer(
+                "a rate cell without a rate or schedule settings".to_string(),
+            ));
+        }
+    };
+    let cap = plan
+        .rate
+        .as_ref()
+        .and_then(|c| c.max_concurrency)
+        .unwrap_or(u32::MAX);
+    // One permit per request in flight; taking all of them back waits for every one.
+    let slots = Arc::new(tokio::sync::Semaphore::new(
+        usize::try_from(cap).unwrap_or(usize::MAX),
+    ));
+    let idle = Arc::new(std::sync::Mutex::new(primed));
+    let (cancel_tx, cancel_rx) = watch::channel(false);
+    cell.event(EventKind::WindowOpen, None, None).await;
+    // The dispatcher sleeps on a thread of its own (the OS timer, precise to tens of
+    // microseconds; the runtime's timer wheel rounds every sleep up to the next
+    // millisecond) and spawns each request on the runtime when it is due.
+    let dispatcher = {
+        let (cell, slots, idle, cancel) =
+            (cell.clone(), slots.clone(), idle.clone(), cancel_rx.clone());
+        let rt = tokio::runtime::Handle::current();
+        tokio::task::spawn_blocking(move || {
+            // The schedule's zero: request i is due `offset_i` after it.
+            let zero_ns = cell.ctx.clock.now_ns();
+            let zero = Instant::now();
+            for offset_ns in schedule {
+                if cell.pacer.gave_up().is_some() || *cancel.borrow() {
+                    break;
+                }
+                let due = zero + Duration::from_nanos(u64::try_from(offset_ns).unwrap_or(0));
+                let now = Instant::now();
+                if due > now {
+                    std::thread::sleep(due - now);
+                }
+                let Ok(permit) = rt.block_on(slots.clone().acquire_owned()) else {
+                    break;
+                };
+                let mut spec =
+                    cell.spec(None, Role::Measured, &cell.plan.body, cell.plan.max_tokens);
+                spec.scheduled_ns = Some(zero_ns + offset_ns);
+                let lane = idle.lock().ok().and_then(|mut v| v.pop());
+                let (cell, idle, cancel) = (cell.clone(), idle.clone(), cancel.clone());
+                rt.spawn(async move {
+                    let mut lane = lane.unwrap_or_else(|| Lane::new(cell.ctx.transport.clone()));
+                    let ctl = RunCtl {
+                        counting: cell.ctx.counting,
+                        stall_timeout: cell.ctx.stall_timeout,
+                        cancel,
+                        first_token: None,
+                    };
+                    let ran = client::run(&mut lane, &spec, ctl, &cell.ctx.clock, &cell.tx).await;
+                    if let Ok(mut v) = idle.lock() {
+                        v.push(lane);
+                    }
+                    cell.account(&ran);
+                    drop(permit);
+                });
+            }
+        })
+    };
+    tokio::pin!(dispatcher);
+    tokio::select! {
+        _ = &mut dispatcher => {}
+        () = cell.gave_up.notified() => {
+            let _ = cancel_tx.send(true);
+            let _ = dispatcher.await;
+        }
+    }
+    if cell.pacer.gave_up().is_some() {
+        let _ = cancel_tx.send(true);
+    }
+    // Every request ends (each runs to completion; a give-up cancels them).
+    let all = slots.acquire_many(cap);
+    tokio::pin!(all);
+    tokio::select! {
+        _ = &mut all => {}
+        () = cell.gave_up.notified() => {
+            let _ = cancel_tx.send(true);
+            let _ = all.await;
+        }
+    }
+    close(cell, handle, background).await
 }

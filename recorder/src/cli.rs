@@ -9,7 +9,10 @@ use tokentrace_schemas::column::StrEnum;
 use tokentrace_schemas::manifest::{Manifest, PrefillMode};
 use tokentrace_schemas::tables::Endpoint;
 
-use crate::runner::{self, RecordOptions};
+use crate::runner::{self, Mode, RecordOptions};
+use tokentrace_schemas::Rate;
+use tokentrace_schemas::manifest::RateConfig;
+use tokentrace_schemas::schedule::Arrival;
 
 fn duration(s: &str) -> Result<Duration, String> {
     humantime::parse_duration(s).map_err(|e| format!("`{s}`: {e} (e.g. 30s, 2m)"))
@@ -27,6 +30,10 @@ fn prefill_mode(s: &str) -> Result<PrefillMode, String> {
     PrefillMode::parse(s).ok_or_else(|| format!("`{s}`: expected scout or warmup"))
 }
 
+fn arrival(s: &str) -> Result<Arrival, String> {
+    Arrival::parse(s).ok_or_else(|| format!("`{s}`: expected poisson or constant"))
+}
+
 fn key_value(s: &str) -> Result<(String, String), String> {
     s.split_once('=')
         .map(|(k, v)| (k.trim().to_string(), v.trim().to_string()))
@@ -34,7 +41,8 @@ fn key_value(s: &str) -> Result<(String, String), String> {
         .ok_or_else(|| format!("`{s}`: expected KEY=VALUE"))
 }
 
-/// Record a context × concurrency matrix from an OpenAI-compatible server.
+/// Record a context × concurrency matrix (and burst or rate cells) from an
+/// OpenAI-compatible server.
 #[derive(Debug, Clone, clap::Args)]
 pub struct RecordArgs {
     /// Base URL of the server (e.g. http://127.0.0.1:8000). `tokentrace record` without
@@ -104,6 +112,36 @@ pub struct RecordArgs {
     /// run is continued from there (a new box after the old one died).
     #[arg(long)]
     pub upload: Option<String>,
+    /// What to record, comma-separated: `matrix` (prefill and closed-loop decode cells),
+    /// `burst` (exactly --requests requests per context × concurrency, each run to
+    /// completion: end-to-end latency) and `rate` (open-loop arrivals at each of --rates
+    /// per context) [default: matrix, or rate when --rates is given].
+    #[arg(long, value_parser = runner::parse_modes)]
+    pub mode: Option<std::vec::Vec<Mode>>,
+    /// Measured requests of each burst cell.
+    #[arg(long, default_value_t = runner::DEFAULT_BURST_REQUESTS)]
+    pub requests: u32,
+    /// Request rates of the rate cells in requests per second, comma-separated; `inf`
+    /// sends every request at once (e.g. 1,2,4,8,inf).
+    #[arg(long, value_parser = runner::parse_rates)]
+    pub rates: Option<std::vec::Vec<Rate>>,
+    /// How the rate cells' requests arrive: `poisson` (exponential gaps) or `constant`.
+    #[arg(long, value_parser = arrival, default_value = "poisson")]
+    pub arrival: Arrival,
+    /// Seed of the Poisson arrivals (the same seed gives the same schedule).
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+    /// Each rate cell sends this many requests (needed for rate `inf`) …
+    #[arg(long)]
+    pub rate_requests: Option<u32>,
+    /// … or sends for this long, whichever ends first [default: --duration, when
+    /// --rate-requests is not given].
+    #[arg(long, value_parser = duration)]
+    pub rate_duration: Option<Duration>,
+    /// Most requests in flight in a rate cell; a request due while that many run waits
+    /// for one to end (as `vllm bench serve --max-concurrency`) [default: no cap].
+    #[arg(long)]
+    pub max_concurrency: Option<u32>,
     /// Skip each cell whose context × concurrency (tokens of KV cache its prompts take)
     /// exceeds the engine's KV-cache budget, as the engine reports it (manifest fact
     /// `engine.kv_cache_tokens`); the manifest says why. Without it such cells run.
@@ -182,6 +220,7 @@ impl RecordArgs {
             ("--stall-timeout", Some(self.stall_timeout)),
             ("--warmup-timeout", Some(self.warmup_timeout)),
             ("--drain-timeout", Some(self.drain_timeout)),
+            ("--rate-duration", self.rate_duration),
         ];
         for (name, d) in durations {
             if d.is_some_and(|d| d.is_zero()) {
@@ -208,6 +247,7 @@ impl RecordArgs {
                 "--concurrency is empty: give at least one level (e.g. 1,8,32)".to_string(),
             ));
         }
+        self.check_modes()?;
         if let Some(t) = &self.target {
             notes.extend(normalize_target(t)?.1);
         }
@@ -224,6 +264,67 @@ impl RecordArgs {
             )));
         }
         Ok(notes)
+    }
+
+    /// The modes asked for: --mode, or `rate` when only --rates is given, or `matrix`.
+    pub fn modes(&self) -> Vec<Mode> {
+        match (&self.mode, &self.rates) {
+            (Some(m), _) => m.clone(),
+            (None, Some(_)) => vec![Mode::Rate],
+            (None, None) => vec![Mode::Matrix],
+        }
+    }
+
+    fn check_modes(&self) -> Result<(), UsageError> {
+        let modes = self.modes();
+        let bad = |m: &str| Err(UsageError(m.to_string()));
+        if modes.is_empty() {
+            return bad("--mode is empty: give matrix, burst or rate");
+        }
+        let rate = modes.contains(&Mode::Rate);
+        match &self.rates {
+            None if rate => return bad("--mode rate needs --rates (e.g. --rates 1,2,4,8,inf)"),
+            Some(r) if r.is_empty() => {
+                return bad("--rates is empty: give at least one rate (e.g. 1,2,4)");
+            }
+            Some(_) if !rate => {
+                return bad(
+                    "--rates is given but --mode has no `rate`: add it (e.g. --mode matrix,rate)",
+                );
+            }
+            _ => {}
+        }
+        if !rate {
+            for (given, name) in [
+                (self.rate_requests.is_some(), "--rate-requests"),
+                (self.rate_duration.is_some(), "--rate-duration"),
+                (self.max_concurrency.is_some(), "--max-concurrency"),
+            ] {
+                if given {
+                    return Err(UsageError(format!(
+                        "{name} is for rate cells, but --mode has no `rate`"
+                    )));
+                }
+            }
+        }
+        if modes.contains(&Mode::Burst) && self.requests == 0 {
+            return bad("--requests 0: a burst cell needs at least one request");
+        }
+        if self.rate_requests == Some(0) {
+            return bad("--rate-requests 0: a rate cell needs at least one request");
+        }
+        if self.max_concurrency == Some(0) {
+            return bad("--max-concurrency 0: at least one request must be allowed in flight");
+        }
+        if rate
+            && self.rate_requests.is_none()
+            && self.rates.as_ref().is_some_and(|r| r.contains(&Rate::INF))
+        {
+            return bad(
+                "--rates inf sends every request at once: give --rate-requests to say how many",
+            );
+        }
+        Ok(())
     }
 
     /// Options for a target (`target` replaces a missing --target).
@@ -252,6 +353,11 @@ impl RecordArgs {
             ),
             None => None,
         };
+        let window = self.duration.unwrap_or(if demo {
+            DEMO_WINDOW
+        } else {
+            runner::DEFAULT_WINDOW
+        });
         Ok(RecordOptions {
             target: normalize_target(target).map_err(|e| e.0)?.0,
             out: self.out.clone(),
@@ -271,11 +377,7 @@ impl RecordArgs {
                     runner::DEFAULT_CONCURRENCY.to_vec()
                 }
             }),
-            window: self.duration.unwrap_or(if demo {
-                DEMO_WINDOW
-            } else {
-                runner::DEFAULT_WINDOW
-            }),
+            window,
             max_tokens: self.max_tokens,
             metrics_url: self.metrics_url.clone(),
             scrape_interval: self.metrics_interval,
@@ -292,6 +394,21 @@ impl RecordArgs {
             writers: Default::default(),
             upload: self.upload.clone(),
             skip_over_capacity: self.skip_over_capacity,
+            modes: self.modes(),
+            burst_requests: self.requests,
+            rate: self.rates.clone().map(|rates| RateConfig {
+                rates,
+                arrival: self.arrival,
+                seed: self.seed,
+                requests: self.rate_requests,
+                duration_ns: match (self.rate_duration, self.rate_requests) {
+                    (Some(d), _) => Some(d),
+                    (None, Some(_)) => None,
+                    (None, None) => Some(window),
+                }
+                .map(|d| i64::try_from(d.as_nanos()).unwrap_or(i64::MAX)),
+                max_concurrency: self.max_concurrency,
+            }),
             gpus: if self.gpu_telemetry == "off" {
                 runner::GpuChoice::Off
             } else {

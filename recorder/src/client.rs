@@ -54,6 +54,8 @@ pub struct RequestSpec {
     pub body: bytes::Bytes,
     pub prompt_tokens_requested: i32,
     pub max_tokens: Option<i32>,
+    /// When the request was due (a rate cell's schedule); `None`: when it is run.
+    pub scheduled_ns: Option<i64>,
 }
 
 /// How a request is run, beyond what it is.
@@ -218,7 +220,12 @@ pub async fn run(
         prompt_tokens_requested: spec.prompt_tokens_requested,
         max_tokens: spec.max_tokens,
         retries: Some(0),
-        ..RequestRow::unsent(spec.request_id, spec.role, spec.endpoint, clock.now_ns())
+        ..RequestRow::unsent(
+            spec.request_id,
+            spec.role,
+            spec.endpoint,
+            spec.scheduled_ns.unwrap_or_else(|| clock.now_ns()),
+        )
     };
     let mut req = Req {
         asm: Assembler::new(counting, row),

@@ -277,6 +277,7 @@ pub async fn probe(
         body: body.to_string().into(),
         prompt_tokens_requested: 0,
         max_tokens: Some(4),
+        scheduled_ns: None,
     };
     let (tx, mut rx) = crate::queue::queue(1024, crate::queue::QUEUE_BYTES);
     let (_cancel_tx, cancel) = tokio::sync::watch::channel(false);

@@ -1,7 +1,7 @@
-//! The matrix: probe the server, plan the cells (skipping what exceeds its context),
-//! write the manifest, then per context build the prompt, record the prefill scout and
-//! the decode cells, updating the manifest as each cell commits. `resume` skips cells
-//! already complete and redoes the rest.
+//! The run: probe the server, plan the cells (skipping what exceeds its context), write
+//! the manifest, then per context build the prompt and record its cells (prefill scout
+//! and decode cells, burst cells, rate cells, as the modes ask), updating the manifest
+//! as each cell commits. `resume` skips cells already complete and redoes the rest.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -10,7 +10,8 @@ use std::time::Duration;
 use serde_json::Value;
 use tokentrace_schemas::clock::RunClock;
 use tokentrace_schemas::manifest::{
-    CellEntry, CellStatus, Fact, Manifest, PrefillMode, RunConfig, Target, ToolInfo, fact,
+    BurstConfig, CellEntry, CellStatus, Fact, Manifest, PrefillMode, RateConfig, RunConfig, Target,
+    ToolInfo, fact,
 };
 use tokentrace_schemas::redact::{redact_command, redact_url};
 use tokentrace_schemas::tables::Endpoint;
@@ -33,6 +34,31 @@ pub const DEFAULT_DRAIN_TIMEOUT: Duration = Duration::from_secs(300);
 pub const DEFAULT_PROMPT_TOLERANCE: u32 = 8;
 /// Request ids of cell k start at k × this (unique within the run, stable on resume).
 pub const REQUEST_ID_STRIDE: i64 = 1_000_000_000;
+/// Measured requests per burst cell when `--requests` is not given.
+pub const DEFAULT_BURST_REQUESTS: u32 = 100;
+
+/// A kind of workload a run records; each is a kind of cell in the same run folder.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Mode {
+    /// The context × concurrency matrix: prefill cells and closed-loop decode cells.
+    Matrix,
+    /// Burst / E2E: exactly N requests per context × concurrency, run to completion.
+    Burst,
+    /// Open-loop request rates, one cell per context × rate.
+    Rate,
+}
+
+impl Mode {
+    /// Parses `matrix`, `burst` or `rate`.
+    pub fn parse(s: &str) -> Option<Mode> {
+        match s.trim() {
+            "matrix" => Some(Mode::Matrix),
+            "burst" => Some(Mode::Burst),
+            "rate" => Some(Mode::Rate),
+            _ => None,
+        }
+    }
+}
 
 /// How to record.
 #[derive(Debug, Clone)]
@@ -72,6 +98,13 @@ pub struct RecordOptions {
     pub upload: Option<String>,
     /// Skip cells whose context × concurrency exceeds the engine's KV-cache budget.
     pub skip_over_capacity: bool,
+    /// The kinds of cell to record (matrix, burst, rate), in that order per context.
+    pub modes: Vec<Mode>,
+    /// Measured requests per burst cell.
+    pub burst_requests: u32,
+    /// The rate cells' settings (rates, arrivals, seed, length, cap); needed with
+    /// [`Mode::Rate`].
+    pub rate: Option<RateConfig>,
 }
 
 /// Where GPU facts and telemetry come from.
@@ -150,7 +183,7 @@ fn cell_list(
         } else {
             CellStatus::Skipped
         };
-        let mut push = |phase, concurrency: u32| {
+        let mut push = |key: CellKey, concurrency: u32| {
             let need = u64::from(ctx) * u64::from(concurrency);
             let over = kv.filter(|(budget, _)| opts.skip_over_capacity && need > *budget);
             let (status, reason) = match (status, over) {
@@ -164,18 +197,34 @@ fn cell_list(
                 _ => (status, reason.clone()),
             };
             cells.push(CellEntry {
-                phase,
-                context: ctx,
-                concurrency,
                 status,
                 reason,
+                ..CellEntry::planned(key)
             });
         };
-        if opts.prefill_mode == PrefillMode::Scout {
-            push(Phase::Prefill, 1);
+        if opts.modes.contains(&Mode::Matrix) {
+            if opts.prefill_mode == PrefillMode::Scout {
+                push(CellKey::new(Phase::Prefill, ctx, 1), 1);
+            }
+            for &n in &opts.concurrency {
+                push(CellKey::new(Phase::Decode, ctx, n), n);
+            }
         }
-        for &n in &opts.concurrency {
-            push(Phase::Decode, n);
+        if opts.modes.contains(&Mode::Burst) {
+            for &n in &opts.concurrency {
+                push(CellKey::new(Phase::Burst, ctx, n), n);
+            }
+        }
+        if let Some(rate) = opts
+            .rate
+            .as_ref()
+            .filter(|_| opts.modes.contains(&Mode::Rate))
+        {
+            // A rate cell holds at most `max_concurrency` prompts at once; uncapped, its
+            // need is not known before it runs, and it is never skipped for capacity.
+            for &r in &rate.rates {
+                push(CellKey::rate(ctx, r), rate.max_concurrency.unwrap_or(0));
+            }
         }
     }
     cells
@@ -435,6 +484,13 @@ pub async fn record(
                 prompt_tolerance_tokens: opts.prompt_tolerance,
                 prompt_nonces: Vec::new(),
                 prefill_mode: Some(opts.prefill_mode),
+                burst: opts.modes.contains(&Mode::Burst).then_some(BurstConfig {
+                    requests: opts.burst_requests,
+                }),
+                rate: opts
+                    .rate
+                    .clone()
+                    .filter(|_| opts.modes.contains(&Mode::Rate)),
             },
             cells: cell_list(
                 opts,
@@ -445,6 +501,8 @@ pub async fn record(
             reparsed: None,
         }
     };
+    manifest.schema_version =
+        tokentrace_schemas::manifest::json_version(manifest.cells.iter().map(|c| c.phase));
     // This session's prompts start with a nonce of their own.
     let nonce = nonce(&clock);
     manifest.config.prompt_nonces.push(nonce.clone());
@@ -569,6 +627,12 @@ pub async fn record(
             max_tokens: i32::try_from(manifest.config.max_tokens).unwrap_or(i32::MAX),
             window: Duration::from_nanos(u64::try_from(manifest.config.window_ns).unwrap_or(0)),
             first_request_id: (i as i64 + 1) * REQUEST_ID_STRIDE,
+            requests: manifest
+                .config
+                .burst
+                .as_ref()
+                .map_or(DEFAULT_BURST_REQUESTS, |b| b.requests),
+            rate: manifest.config.rate.clone(),
             preamble: probe_records
                 .take()
                 .unwrap_or_default()
@@ -585,6 +649,8 @@ pub async fn record(
         let result = match key.phase {
             Phase::Prefill => cell::record_prefill(&ctx, &plan, &opts.out).await,
             Phase::Decode => cell::record_decode(&ctx, &plan, &opts.out).await,
+            Phase::Burst => cell::record_burst(&ctx, &plan, &opts.out).await,
+            Phase::Rate => cell::record_rate(&ctx, &plan, &opts.out).await,
         };
         let prompt_miss = tokens.abs_diff(key.context);
         match result {
@@ -698,6 +764,40 @@ pub fn parse_contexts(s: &str) -> Result<Vec<u32>, String> {
                 .ok_or_else(|| format!("`{p}` is out of range"))
         })
         .collect()
+}
+
+/// Parses a list of request rates like `1,2,4,8,inf` (requests per second, at most
+/// three decimals), sorted, without repeats.
+pub fn parse_rates(s: &str) -> Result<Vec<tokentrace_schemas::Rate>, String> {
+    let mut rates = s
+        .split(',')
+        .map(str::trim)
+        .filter(|p| !p.is_empty())
+        .map(|p| {
+            tokentrace_schemas::Rate::parse(p).ok_or_else(|| {
+                format!(
+                    "`{p}` is not a request rate (requests per second above 0, at most three \
+                     decimals, or inf)"
+                )
+            })
+        })
+        .collect::<Result<Vec<_>, String>>()?;
+    rates.sort_unstable();
+    rates.dedup();
+    Ok(rates)
+}
+
+/// Parses a list of modes like `matrix,burst`.
+pub fn parse_modes(s: &str) -> Result<Vec<Mode>, String> {
+    let mut modes = s
+        .split(',')
+        .map(str::trim)
+        .filter(|p| !p.is_empty())
+        .map(|p| Mode::parse(p).ok_or_else(|| format!("`{p}`: expected matrix, burst or rate")))
+        .collect::<Result<Vec<_>, String>>()?;
+    modes.sort_unstable();
+    modes.dedup();
+    Ok(modes)
 }
 
 /// Parses a list of positive integers like `1,2,4`.

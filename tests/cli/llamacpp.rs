@@ -115,6 +115,9 @@ fn options(url: &str, out: &Path, endpoint: Endpoint) -> RecordOptions {
         gpus: Default::default(),
         upload: None,
         skip_over_capacity: false,
+        modes: vec![runner::Mode::Matrix],
+        burst_requests: runner::DEFAULT_BURST_REQUESTS,
+        rate: None,
     }
 }
 

@@ -52,6 +52,9 @@ pub fn options(target: &str, out: &Path) -> RecordOptions {
         gpus: Default::default(),
         upload: None,
         skip_over_capacity: false,
+        modes: vec![runner::Mode::Matrix],
+        burst_requests: runner::DEFAULT_BURST_REQUESTS,
+        rate: None,
     }
 }
 

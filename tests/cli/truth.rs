@@ -69,6 +69,9 @@ fn options(target: String, out: &std::path::Path) -> RecordOptions {
         gpus: Default::default(),
         upload: None,
         skip_over_capacity: false,
+        modes: vec![runner::Mode::Matrix],
+        burst_requests: runner::DEFAULT_BURST_REQUESTS,
+        rate: None,
     }
 }
 
@@ -191,6 +194,7 @@ async fn figures_agree_with_the_simulators_ground_truth() {
                     truth,
                 );
             }
+            Phase::Burst | Phase::Rate => unreachable!("this run records no {key}"),
             Phase::Decode => {
                 let events = read_table::<Events>(&dir.join("events.parquet")).expect("events");
                 let at = |k: EventKind| events.iter().find(|e| e.kind == k).expect("event").time_ns;
@@ -234,6 +238,226 @@ async fn figures_agree_with_the_simulators_ground_truth() {
         compared += 1;
     }
     assert_eq!(compared, 4);
+}
+
+/// Burst and rate cells: fast steps, so that a request takes about half a second.
+const OPEN_PROFILE: &str = r#"
+name = "truth-open"
+model = "sim-truth"
+max_model_len = 8192
+max_num_seqs = 4
+kv_cache_tokens = 100000
+max_num_batched_tokens = 8192
+block_size = 16
+prefill_tokens_per_s = [[256, 4000.0], [8192, 4000.0]]
+step_ms = [[1, 20.0], [8, 20.0]]
+step_ms_per_mtoken = 0.0
+prefill_overhead_ms = 200.0
+spec_tokens = 0
+spec_acceptance = 0.0
+reasoning_tokens = 0
+reasoning_field = "reasoning_content"
+loop_probability = [[1, 0.0]]
+loop_after_tokens = 16
+loop_cycle_tokens = 8
+eos_probability = 0.0
+seed = 3
+"#;
+
+/// Burst and rate cells against the ground truth: a burst cell holds exactly the asked
+/// number of measured requests, and its E2E latency agrees with the simulator's within
+/// 1%; a rate cell's requests were scheduled exactly as the seeded schedule says, and
+/// the schedule's lag the analyzer reports agrees with the simulator's arrivals within
+/// 1% of the schedule's mean gap, as does the span over which the server saw them come.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn burst_and_rate_cells_agree_with_the_simulators_ground_truth() {
+    use tokentrace_schemas::Rate;
+    use tokentrace_schemas::manifest::RateConfig;
+    use tokentrace_schemas::schedule::{Arrival, Schedule};
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let profile_path = tmp.path().join("truth-open.toml");
+    std::fs::write(&profile_path, OPEN_PROFILE).expect("profile");
+    let truth_dir = tmp.path().join("truth");
+    std::fs::create_dir_all(&truth_dir).expect("mkdir");
+    let addr: SocketAddr = "127.0.0.1:0".parse().expect("addr");
+    let sim = SimServer::start_with(
+        Profile::load(profile_path.to_str().expect("utf-8")).expect("profile"),
+        addr,
+        SimOptions {
+            truth_dir: Some(truth_dir.clone()),
+        },
+    )
+    .await
+    .expect("sim");
+    let out = tmp.path().join("run");
+    let rate = |r| Rate::parse(r).expect("rate");
+    let opts = RecordOptions {
+        contexts: vec![512],
+        concurrency: vec![2],
+        max_tokens: 16,
+        modes: vec![runner::Mode::Burst, runner::Mode::Rate],
+        burst_requests: 6,
+        rate: Some(RateConfig {
+            rates: vec![rate("1"), rate("10")],
+            arrival: Arrival::Constant,
+            seed: 11,
+            requests: Some(8),
+            duration_ns: None,
+            max_concurrency: None,
+        }),
+        ..options(sim.url(), &out)
+    };
+    let manifest = runner::record(&opts, |_| {}).await.expect("recorded");
+    let (stats, dropped) = sim.stop().expect("truth on");
+    stats.expect("truth written");
+    assert_eq!(dropped, 0);
+    assert_eq!(manifest.schema_version, 2);
+    let zero = manifest.clock.monotonic_at_zero_ns.expect("clock anchor");
+    let truth_requests =
+        read_table::<TruthRequests>(&truth_dir.join("truth_requests.parquet")).expect("truth");
+    // Per server request id: (arrived, ended) on the run's clock.
+    let truth: BTreeMap<&str, (i64, i64)> = truth_requests
+        .iter()
+        .map(|r| {
+            (
+                r.server_request_id.as_str(),
+                (r.read_ns.unwrap_or(r.arrived_ns) - zero, r.ended_ns - zero),
+            )
+        })
+        .collect();
+
+    let s = score_dir(&out, &RuleSet::builtin("default").expect("rules")).expect("scored");
+    let mut compared = 0;
+    for (key, dir) in list_cells(&out).expect("cells") {
+        let cell = s
+            .cells
+            .iter()
+            .find(|c| c.key() == key)
+            .expect("scored cell");
+        assert_eq!(
+            cell.verdict,
+            Some(tokentrace_analyzer::contract::Verdict::Valid),
+            "{key}: {:?}",
+            cell.evidence
+        );
+        let f = cell.figures.as_ref().expect("figures");
+        let requests = read_table::<Requests>(&dir.join("requests.parquet")).expect("requests");
+        let measured: Vec<_> = requests
+            .iter()
+            .filter(|r| r.role == Role::Measured)
+            .collect();
+        let of = |r: &tokentrace_schemas::tables::RequestRow| {
+            truth[r.server_request_id.as_deref().expect("server id")]
+        };
+        // E2E latency: sent by the client, ended as the simulator saw it.
+        let e2e: Vec<f64> = measured
+            .iter()
+            .map(|r| (of(r).1 - r.sent_ns.expect("sent")) as f64 / 1e6)
+            .collect();
+        within_1pct(
+            &format!("{key}: E2E median ms"),
+            f.e2e_latency_ms.median.expect("e2e"),
+            median(e2e),
+        );
+        assert_eq!(f.completed_requests, measured.len() as i64);
+        match key.phase {
+            Phase::Burst => {
+                assert_eq!(measured.len(), 6, "{key}");
+                let rate = f.request_rate.expect("request rate");
+                assert!(rate > 0.0, "{rate}");
+            }
+            Phase::Rate => {
+                let r = key.rate.expect("rate");
+                assert_eq!(measured.len(), 8, "{key}");
+                // The schedule is the seeded one, to the nanosecond.
+                let first = measured
+                    .iter()
+                    .map(|q| q.scheduled_ns)
+                    .min()
+                    .expect("first");
+                let mut offsets: Vec<i64> =
+                    measured.iter().map(|q| q.scheduled_ns - first).collect();
+                offsets.sort_unstable();
+                let expected: Vec<i64> =
+                    Schedule::new(r, Arrival::Constant, 11, Some(8), None).collect();
+                assert_eq!(offsets, expected, "{key}");
+                // The lag the analyzer reports, against the arrivals the server saw.
+                let gap_ms = 1e3 / r.per_second();
+                let truth_lag: Vec<f64> = measured
+                    .iter()
+                    .map(|q| (of(q).0 - q.scheduled_ns) as f64 / 1e6)
+                    .collect();
+                let truth_lag = median(truth_lag);
+                let lag = f.schedule_lag_ms.median.expect("lag");
+                eprintln!(
+                    "{key}: schedule lag median {lag:.3} ms (analyzer, sent), {truth_lag:.3} ms (simulator, arrived); mean gap {gap_ms} ms"
+                );
+                assert!(
+                    (lag - truth_lag).abs() <= 0.01 * gap_ms,
+                    "{key}: lag {lag} ms vs truth {truth_lag} ms"
+                );
+                let arrivals: Vec<i64> = measured.iter().map(|q| of(q).0).collect();
+                let span = |v: &[i64]| {
+                    (v.iter().max().expect("max") - v.iter().min().expect("min")) as f64 / 1e6
+                };
+                let scheduled = *expected.last().expect("last") as f64 / 1e6;
+                let seen = span(&arrivals);
+                eprintln!(
+                    "{key}: arrivals span {seen:.3} ms at the server, {scheduled:.3} ms scheduled"
+                );
+                assert!(
+                    (seen - scheduled).abs() <= 0.01 * gap_ms,
+                    "{key}: {seen} vs {scheduled}"
+                );
+                assert_eq!(f.offered_rate, Some(r.per_second()));
+                // The default rule set's SLO, judged from the figures shown.
+                let p99 = |s: &tokentrace_analyzer::contract::Summary| s.percentiles["p99"];
+                assert_eq!(
+                    f.slo_met,
+                    Some(p99(&f.ttft_ms) <= 2000.0 && p99(&f.time_between_tokens_ms) <= 50.0),
+                    "{:?}",
+                    f.slo_misses
+                );
+            }
+            _ => unreachable!("this run records no {key}"),
+        }
+        compared += 1;
+    }
+    assert_eq!(compared, 3);
+    // The capacity knee, under an SLO of p99 TTFT ≤ 400 ms (a rule, as a rule file
+    // would give it to `rescore`): at 1 request per second each request runs alone
+    // (TTFT about 330 ms); at 10 the server holds 4 at once and the rest wait.
+    let mut rules = RuleSet::builtin("default").expect("rules");
+    rules.slo.ttft_ms = Some(400.0);
+    rules.slo.time_between_tokens_ms = None;
+    let s = score_dir(&out, &rules).expect("scored");
+    let met: Vec<(String, Option<bool>)> = s
+        .cells
+        .iter()
+        .filter(|c| c.phase == Phase::Rate)
+        .map(|c| {
+            (
+                c.rate.expect("rate").to_string(),
+                c.figures.as_ref().and_then(|f| f.slo_met),
+            )
+        })
+        .collect();
+    assert_eq!(
+        met,
+        vec![
+            ("1".to_string(), Some(true)),
+            ("10".to_string(), Some(false))
+        ]
+    );
+    // The report has both sections and names the knee.
+    let md = tokentrace_analyzer::render::render(&s, tokentrace_analyzer::render::Format::Markdown);
+    assert!(md.contains("## Burst / E2E"), "{md}");
+    assert!(md.contains("## Request rate"), "{md}");
+    assert!(
+        md.contains("512: knee at 1 req/s, the highest offered rate that meets the SLO"),
+        "{md}"
+    );
+    assert!(md.contains("10 req/s misses it (p99 TTFT"), "{md}");
 }
 
 /// A server whose metrics cannot be read is recorded and analyzed with client-side

@@ -5,7 +5,7 @@
 use tokentrace_schemas::tables::EndReason;
 
 use super::view::{DecodeView, PrefillView, Stream};
-use crate::contract::{Figures, Summary};
+use crate::contract::{Figures, Summary, Verdict};
 use crate::load::{RequestInfo, TokenAgg};
 use crate::rules::{ActiveSource, FirstToken, RequestScope, RuleSet, TbtDenominator};
 use crate::stats;
@@ -196,4 +196,60 @@ pub fn decode(v: &DecodeView, rules: &RuleSet) -> Figures {
         _ => (client_active, Some("client".to_string())),
     };
     f
+}
+
+/// The figures of a burst or rate cell: the decode figures over its span (every
+/// measured request ran inside it, so nothing is clipped), with the completed request
+/// rate; for a rate cell, the offered rate and the schedule lag.
+pub fn open(v: &DecodeView, rules: &RuleSet) -> Figures {
+    let mut f = decode(v, rules);
+    let span_s = v.window_ns() as f64 / 1e9;
+    f.request_rate = (span_s > 0.0).then(|| f.completed_requests as f64 / span_s);
+    if let Some(rate) = v.key.rate {
+        f.offered_rate = (!rate.is_inf()).then(|| rate.per_second());
+        let lag = v
+            .streams
+            .iter()
+            .filter_map(|s| s.info.sent_ns.map(|sent| ms(sent - s.info.scheduled_ns)))
+            .collect();
+        f.schedule_lag_ms = summary(lag, rules);
+    }
+    f
+}
+
+/// Whether a rate cell meets the rule set's SLO, and each limit it missed; `None` when
+/// the rule set has none.
+pub fn slo(v: &DecodeView, rules: &RuleSet, verdict: Verdict) -> (Option<bool>, Vec<String>) {
+    let slo = &rules.slo;
+    let Some(p) = slo.percentile.filter(|_| slo.is_set()) else {
+        return (None, Vec::new());
+    };
+    // The figures again, with the SLO's percentile among those summarized.
+    let mut with_p = rules.clone();
+    if !with_p.stats.percentiles.contains(&p) {
+        with_p.stats.percentiles.push(p);
+    }
+    let f = open(v, &with_p);
+    let mut misses = Vec::new();
+    if verdict != Verdict::Valid {
+        misses.push(format!("the cell is {}, not Valid", verdict.label()));
+    }
+    for (name, limit, values) in [
+        ("TTFT", slo.ttft_ms, &f.ttft_ms),
+        (
+            "time between tokens",
+            slo.time_between_tokens_ms,
+            &f.time_between_tokens_ms,
+        ),
+        ("E2E latency", slo.e2e_latency_ms, &f.e2e_latency_ms),
+    ] {
+        let Some(limit) = limit else { continue };
+        let value = values.percentiles.get(&format!("p{p}")).copied();
+        match value {
+            Some(x) if x <= limit => {}
+            Some(x) => misses.push(format!("p{p} {name} {x:.1} ms > {limit} ms")),
+            None => misses.push(format!("p{p} {name}: no requests to judge")),
+        }
+    }
+    (Some(misses.is_empty()), misses)
 }

@@ -68,6 +68,12 @@ pub fn score_loaded(run: &Run, rules: &RuleSet) -> Result<(Scoring, load::Loaded
                         Some(v) => score_decode(&v, rules),
                         None => no_window(*key),
                     },
+                    Phase::Burst | Phase::Rate => {
+                        match DecodeView::new(*key, &loaded, rules, &preset) {
+                            Some(v) => score_open(&v, rules),
+                            None => no_window(*key),
+                        }
+                    }
                 };
                 cells.insert(*key, s);
             }
@@ -144,6 +150,8 @@ pub fn score_loaded(run: &Run, rules: &RuleSet) -> Result<(Scoring, load::Loaded
             prefill_mode: prefill_mode.as_str().to_string(),
             facts: m.facts.clone(),
             gpu_telemetry: !loaded.gpu.is_empty(),
+            burst_requests: m.config.burst.as_ref().map(|b| b.requests),
+            rate: m.config.rate.clone(),
         },
         cells: cells.into_values().collect(),
     };
@@ -156,6 +164,7 @@ fn new_cell(key: CellKey, state: CellScoreState, reason: Option<String>) -> Cell
         phase: key.phase,
         context: key.context,
         concurrency: key.concurrency,
+        rate: key.rate,
         state,
         reason,
         verdict: None,
@@ -234,5 +243,28 @@ fn score_decode(v: &DecodeView, rules: &RuleSet) -> CellScore {
     }
     cell.verdict = Some(verdict(&cell.evidence));
     cell.figures = Some(measure::decode(v, rules));
+    cell
+}
+
+/// A burst or rate cell: every measured request ran to completion inside the window, so
+/// failed streams and loops are judged, not queueing (a burst's tail runs fewer than N
+/// streams by design, and a rate cell's queueing is what it measures).
+fn score_open(v: &DecodeView, rules: &RuleSet) -> CellScore {
+    let mut cell = new_cell(v.key, CellScoreState::Complete, None);
+    for rule in verdicts::OPEN {
+        let (kept, omitted) = capped(rule(v, rules));
+        cell.evidence.extend(kept);
+        cell.evidence_omitted += omitted;
+    }
+    for rule in warnings::OPEN {
+        cell.warnings.extend(capped(rule(v, rules)).0);
+    }
+    let verdict = verdict(&cell.evidence);
+    cell.verdict = Some(verdict);
+    let mut figures = measure::open(v, rules);
+    if v.key.phase == Phase::Rate {
+        (figures.slo_met, figures.slo_misses) = measure::slo(v, rules, verdict);
+    }
+    cell.figures = Some(figures);
     cell
 }

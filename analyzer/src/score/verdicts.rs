@@ -19,6 +19,9 @@ const EXCERPT_CHARS: usize = 80;
 /// A verdict rule of decode cells.
 pub type DecodeRule = fn(&DecodeView, &RuleSet) -> Vec<Evidence>;
 
+/// The verdict rules of burst and rate cells, in the order their evidence is listed.
+pub const OPEN: [DecodeRule; 2] = [failed_streams, looped];
+
 /// Every decode verdict rule, in the order their evidence is listed.
 pub const DECODE: [DecodeRule; 7] = [
     failed_streams,

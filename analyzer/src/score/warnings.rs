@@ -16,6 +16,9 @@ use crate::stats;
 /// A warning rule of decode cells.
 pub type DecodeWarning = fn(&DecodeView, &RuleSet) -> Vec<Warning>;
 
+/// The warning rules of burst and rate cells, in the order their warnings are listed.
+pub const OPEN: [DecodeWarning; 4] = [suspected_loops, client_lag, drain_incomplete, cold_prefill];
+
 /// Every decode warning rule, in the order their warnings are listed.
 pub const DECODE: [DecodeWarning; 5] = [
     suspected_loops,

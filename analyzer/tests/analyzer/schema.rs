@@ -91,3 +91,47 @@ fn cache_evidence_and_warnings_validate() {
     let json = render::json(&s);
     assert!(json.contains("\"scout_cached\"") && json.contains("\"cold_prefill\""));
 }
+
+/// A run with burst and rate cells scores into the same schema: the cell's rate, the
+/// rate cells' figures (offered rate, schedule lag, SLO) and the run's settings.
+#[test]
+fn burst_and_rate_cells_validate() {
+    use tokentrace_schemas::Rate;
+    use tokentrace_schemas::manifest::{BurstConfig, RateConfig};
+    use tokentrace_schemas::schedule::Arrival;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let rate = Rate::parse("4").expect("rate");
+    let keys = [
+        CellKey::new(Phase::Burst, 1024, 2),
+        CellKey::rate(1024, rate),
+    ];
+    for k in keys {
+        synth::write_decode_cell(dir.path(), &DecodeSpec::new(k, 3_000)).expect("cell");
+    }
+    let mut m = synth::manifest("schema", &keys);
+    m.config.burst = Some(BurstConfig { requests: 8 });
+    m.config.rate = Some(RateConfig {
+        rates: vec![rate],
+        arrival: Arrival::Poisson,
+        seed: 3,
+        requests: Some(8),
+        duration_ns: None,
+        max_concurrency: Some(4),
+    });
+    m.write(dir.path()).expect("manifest");
+    let s = score_dir(dir.path(), &RuleSet::builtin("default").expect("rules")).expect("scored");
+    let json: serde_json::Value = serde_json::from_str(&render::json(&s)).expect("json");
+    let errors: Vec<String> = validator()
+        .iter_errors(&json)
+        .map(|e| e.to_string())
+        .collect();
+    assert!(errors.is_empty(), "{errors:#?}");
+    assert_eq!(json["cells"][1]["rate"], "4");
+    assert_eq!(json["cells"][1]["figures"]["offered_rate"], 4.0);
+    assert!(
+        json["cells"][1]["figures"]["slo_met"].is_boolean(),
+        "{json}"
+    );
+    assert_eq!(json["run"]["rate"]["max_concurrency"], 4);
+    assert_eq!(json["run"]["burst_requests"], 8);
+}

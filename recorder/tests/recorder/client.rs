@@ -43,6 +43,7 @@ fn spec(body: serde_json::Value) -> RequestSpec {
         body: body.to_string().into(),
         prompt_tokens_requested: 3,
         max_tokens: body["max_tokens"].as_i64().map(|v| v as i32),
+        scheduled_ns: None,
     }
 }
 
@@ -304,6 +305,7 @@ async fn an_unreachable_server_is_a_request_row_not_a_panic() {
         body: "{}".into(),
         prompt_tokens_requested: 0,
         max_tokens: None,
+        scheduled_ns: None,
     };
     let r = record(
         "http://127.0.0.1:9/v1/completions",
