@@ -138,6 +138,12 @@ fn record(cmd: &RecordCmd) -> anyhow::Result<ExitCode> {
             eprintln!("interrupted: finish the run with --resume");
             Ok(ExitCode::from(130))
         }
+        Outcome::Planned(m) => {
+            for l in cli::plan_lines(&m) {
+                println!("{l}");
+            }
+            Ok(ExitCode::SUCCESS)
+        }
         Outcome::Done(m) => {
             eprintln!("run {} recorded in {}", m.run_id, args.out.display());
             let check = check::CheckArgs {

@@ -89,6 +89,14 @@ pub fn table(entries: &[Entry]) -> Result<DataFrame> {
                 .map(|(_, c)| i64::from(c.concurrency))
                 .collect::<Vec<_>>(),
         ),
+        // A rate cell's offered rate in requests per second (infinite for `inf`);
+        // null for other cells.
+        Column::new(
+            "rate".into(),
+            rows.iter()
+                .map(|(_, c)| c.rate.map(|r| r.per_second()))
+                .collect::<Vec<_>>(),
+        ),
         text_column(
             "state",
             rows.iter()

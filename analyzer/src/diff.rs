@@ -151,12 +151,15 @@ pub fn diff(a: &Scoring, b: &Scoring, min_relative: f64) -> Diff {
 }
 
 fn cell_name(k: &CellKey) -> String {
-    format!(
-        "{} {} × {}",
-        k.phase,
-        context_label(k.context),
-        k.concurrency
-    )
+    match k.rate {
+        Some(rate) => format!("{} {} at {rate} req/s", k.phase, context_label(k.context)),
+        None => format!(
+            "{} {} × {}",
+            k.phase,
+            context_label(k.context),
+            k.concurrency
+        ),
+    }
 }
 
 fn value(v: Option<f64>) -> String {

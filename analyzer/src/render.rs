@@ -642,7 +642,12 @@ pub(crate) fn measurements(s: &Scoring) -> (Vec<String>, Vec<Row>) {
             let mut row: Row = vec![
                 (phase_label(c), None),
                 (context_label(c.context), Some(f64::from(c.context))),
-                (c.concurrency.to_string(), Some(f64::from(c.concurrency))),
+                // A rate cell's requests at once vary: its cap is in the run's settings.
+                if c.phase == Phase::Rate {
+                    (DASH.to_string(), None)
+                } else {
+                    (c.concurrency.to_string(), Some(f64::from(c.concurrency)))
+                },
                 (c.status_label(), None),
             ];
             row.extend(columns.iter().map(|(figure, column)| {

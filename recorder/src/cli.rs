@@ -142,6 +142,12 @@ pub struct RecordArgs {
     /// for one to end (as `vllm bench serve --max-concurrency`) [default: no cap].
     #[arg(long)]
     pub max_concurrency: Option<u32>,
+    /// Probe the server, print the cells this command line would record and those it
+    /// would skip (with the reason: a context over the server's limit, a cell over the
+    /// KV-cache budget with --skip-over-capacity), and exit without recording or
+    /// writing anything.
+    #[arg(long)]
+    pub plan: bool,
     /// Skip each cell whose context × concurrency (tokens of KV cache its prompts take)
     /// exceeds the engine's KV-cache budget, as the engine reports it (manifest fact
     /// `engine.kv_cache_tokens`); the manifest says why. Without it such cells run.
@@ -251,7 +257,7 @@ impl RecordArgs {
         if let Some(t) = &self.target {
             notes.extend(normalize_target(t)?.1);
         }
-        if self.out.exists() && !self.resume {
+        if self.out.exists() && !self.resume && !self.plan {
             return Err(UsageError(format!(
                 "--out {}: already exists; give a new folder, or --resume to finish it",
                 self.out.display()
@@ -395,6 +401,7 @@ impl RecordArgs {
             upload: self.upload.clone(),
             skip_over_capacity: self.skip_over_capacity,
             modes: self.modes(),
+            plan_only: self.plan,
             burst_requests: self.requests,
             rate: self.rates.clone().map(|rates| RateConfig {
                 rates,
@@ -422,9 +429,38 @@ impl RecordArgs {
 #[derive(Debug)]
 pub enum Outcome {
     Done(Box<Manifest>),
+    /// `--plan`: the cells that would be recorded; nothing was written.
+    Planned(Box<Manifest>),
     /// Ctrl-C: lines saying what became of the cell in flight; `--resume` finishes the
     /// run.
     Interrupted(Vec<String>),
+}
+
+/// The plan of a run (`--plan`), one line per cell: `record` or `skip`, the cell, and
+/// why it is skipped; then a count.
+pub fn plan_lines(m: &Manifest) -> Vec<String> {
+    use tokentrace_schemas::manifest::CellStatus;
+    let mut lines: Vec<String> = m
+        .cells
+        .iter()
+        .map(|c| match c.status {
+            CellStatus::Skipped => {
+                format!("skip    {}: {}", c.key(), c.reason.as_deref().unwrap_or(""))
+            }
+            _ => format!("record  {}", c.key()),
+        })
+        .collect();
+    let skipped = m
+        .cells
+        .iter()
+        .filter(|c| c.status == CellStatus::Skipped)
+        .count();
+    lines.push(format!(
+        "{} cells: {} to record, {skipped} skipped (nothing was recorded: --plan)",
+        m.cells.len(),
+        m.cells.len() - skipped
+    ));
+    lines
 }
 
 /// Longest wait, after Ctrl-C, for a commit under way to finish.
@@ -503,7 +539,12 @@ pub fn run_at(
         let display = Display::new(opts.progress.clone());
         let outcome = tokio::select! {
             r = runner::record(&opts, |p| display.show(p)) => {
-                r.map(|m| Outcome::Done(Box::new(m))).map_err(|e| e.to_string())
+                r.map(|m| if opts.plan_only {
+                    Outcome::Planned(Box::new(m))
+                } else {
+                    Outcome::Done(Box::new(m))
+                })
+                .map_err(|e| e.to_string())
             }
             _ = tokio::signal::ctrl_c() => Ok(Outcome::Interrupted(Vec::new())),
         };

@@ -38,6 +38,12 @@ fn main() -> ExitCode {
             line.iter().for_each(|l| eprintln!("{l}"));
             ExitCode::from(code)
         }
+        Ok(Outcome::Planned(m)) => {
+            for l in cli::plan_lines(&m) {
+                println!("{l}");
+            }
+            ExitCode::SUCCESS
+        }
         Ok(Outcome::Interrupted(lines)) => {
             for l in &lines {
                 eprintln!("interrupted: {l}");

@@ -105,6 +105,9 @@ pub struct RecordOptions {
     /// The rate cells' settings (rates, arrivals, seed, length, cap); needed with
     /// [`Mode::Rate`].
     pub rate: Option<RateConfig>,
+    /// Probe the server and plan the cells, then stop: nothing is sent beyond the
+    /// probe, and nothing is written (`--plan`).
+    pub plan_only: bool,
 }
 
 /// Where GPU facts and telemetry come from.
@@ -353,7 +356,7 @@ pub async fn record(
                 .map_err(|e| tokentrace_schemas::Error::io(&staging, e))?;
         }
     }
-    if !opts.resume && opts.out.exists() {
+    if !opts.resume && !opts.plan_only && opts.out.exists() {
         return Err(RecordError::Exists(opts.out.clone()));
     }
     let client = http_client(opts.api_key.as_deref())?;
@@ -430,7 +433,7 @@ pub async fn record(
         Err(why) => format!("GPUs: no telemetry ({why})"),
     }));
     let gpus = gpus.ok();
-    let mut manifest = if resume {
+    let mut manifest = if resume && !opts.plan_only {
         let m = Manifest::read(&opts.out)?;
         if m.model != info.model {
             return Err(RecordError::Resume(
@@ -443,8 +446,10 @@ pub async fn record(
         }
         m
     } else {
-        std::fs::create_dir_all(&opts.out)
-            .map_err(|e| tokentrace_schemas::Error::io(&opts.out, e))?;
+        if !opts.plan_only {
+            std::fs::create_dir_all(&opts.out)
+                .map_err(|e| tokentrace_schemas::Error::io(&opts.out, e))?;
+        }
         let mut engine = info.engine.clone();
         for (k, v) in &opts.describe {
             engine.details.insert(format!("describe.{k}"), v.clone());
@@ -503,6 +508,9 @@ pub async fn record(
     };
     manifest.schema_version =
         tokentrace_schemas::manifest::json_version(manifest.cells.iter().map(|c| c.phase));
+    if opts.plan_only {
+        return Ok(manifest);
+    }
     // This session's prompts start with a nonce of their own.
     let nonce = nonce(&clock);
     manifest.config.prompt_nonces.push(nonce.clone());

@@ -19,7 +19,7 @@ fn record(out: &Path, args: &[&str]) -> Output {
 fn bad_command_lines_exit_2_before_anything_is_written() {
     let dir = tempfile::tempdir().expect("tempdir");
     let out = dir.path().join("run");
-    let cases: [(&[&str], &str); 8] = [
+    let cases: [(&[&str], &str); 16] = [
         (&["--duration", "0s"], "--duration 0s"),
         (&["--max-tokens", "0"], "--max-tokens 0"),
         (&["--stall-timeout", "0s"], "--stall-timeout 0s"),
@@ -28,6 +28,17 @@ fn bad_command_lines_exit_2_before_anything_is_written() {
         (&["--contexts", "8Q"], "not a token count"),
         (&["--target", "ftp://127.0.0.1:9"], "scheme `ftp`"),
         (&["--target", "http://"], "--target"),
+        (&["--mode", "sweep"], "expected matrix, burst or rate"),
+        (&["--mode", "rate"], "--mode rate needs --rates"),
+        (&["--rates", "1,0"], "`0` is not a request rate"),
+        (&["--rates", "1.2345"], "not a request rate"),
+        (&["--rates", "4,inf"], "give --rate-requests"),
+        (&["--mode", "burst", "--rates", "4"], "--mode has no `rate`"),
+        (&["--mode", "burst", "--requests", "0"], "--requests 0"),
+        (
+            &["--rates", "4", "--max-concurrency", "0"],
+            "--max-concurrency 0",
+        ),
     ];
     for (args, says) in cases {
         let o = record(&out, args);

@@ -118,6 +118,7 @@ fn options(url: &str, out: &Path, endpoint: Endpoint) -> RecordOptions {
         modes: vec![runner::Mode::Matrix],
         burst_requests: runner::DEFAULT_BURST_REQUESTS,
         rate: None,
+        plan_only: false,
     }
 }
 
@@ -367,6 +368,73 @@ async fn a_real_llama_cpp_server_is_recorded_and_analyzed() {
     // Cold prefill both times: the same order of magnitude (a cached scout is 100×
     // faster), with room for a loaded test machine.
     assert!((0.5..2.0).contains(&(b.0 / a.0)), "{a:?} then {b:?}");
+
+    // One small burst cell and one rate cell: every measured request runs to
+    // completion, the rate cell's requests leave on the seeded schedule, and both are
+    // scored and reported.
+    let open = tmp.path().join("burst-rate");
+    let mut opts = options(&server.url, &open, Endpoint::Completions);
+    opts.contexts = vec![256];
+    opts.concurrency = vec![2];
+    opts.modes = vec![runner::Mode::Burst, runner::Mode::Rate];
+    opts.burst_requests = 4;
+    opts.rate = Some(tokentrace_schemas::manifest::RateConfig {
+        rates: vec![tokentrace_schemas::Rate::parse("2").expect("rate")],
+        arrival: tokentrace_schemas::schedule::Arrival::Constant,
+        seed: 1,
+        requests: Some(4),
+        duration_ns: None,
+        max_concurrency: Some(2),
+    });
+    let m = runner::record(&opts, |_| {})
+        .await
+        .expect("burst and rate run");
+    assert_eq!(m.schema_version, 2);
+    let cells = list_cells(&open).expect("cells");
+    assert_eq!(cells.len(), 2, "{cells:?}");
+    for (key, dir) in &cells {
+        let requests = read_table::<Requests>(&dir.join("requests.parquet")).expect("requests");
+        let measured: Vec<_> = requests
+            .iter()
+            .filter(|r| r.role == Role::Measured)
+            .collect();
+        assert_eq!(measured.len(), 4, "{key}");
+        for r in &measured {
+            assert_eq!(r.end_reason, EndReason::FinishedLength, "{key}: {r:?}");
+            assert!(r.sent_ns.expect("sent") >= r.scheduled_ns, "{key}: {r:?}");
+        }
+        if key.phase == tokentrace_schemas::Phase::Rate {
+            let mut due: Vec<i64> = measured.iter().map(|r| r.scheduled_ns).collect();
+            due.sort_unstable();
+            let gaps: Vec<i64> = due.windows(2).map(|w| w[1] - w[0]).collect();
+            assert_eq!(
+                gaps,
+                vec![500_000_000; 3],
+                "{key}: constant arrivals at 2/s"
+            );
+        }
+    }
+    let s = score_dir(&open, &RuleSet::builtin("default").expect("rules")).expect("scored");
+    for c in &s.cells {
+        let f = c.figures.as_ref().expect("figures");
+        assert_eq!(f.completed_requests, 4, "{:?}", c.key());
+        assert!(
+            f.e2e_latency_ms.median.is_some_and(|e| e > 0.0),
+            "{:?}",
+            c.key()
+        );
+        assert_ne!(
+            c.verdict,
+            Some(Verdict::Error),
+            "{:?}: {:?}",
+            c.key(),
+            c.evidence
+        );
+    }
+    let report = render::render(&s, render::Format::Markdown);
+    assert!(report.contains("## Burst / E2E"), "{report}");
+    assert!(report.contains("## Request rate"), "{report}");
+    eprintln!("{report}");
 
     // A context above what one slot holds (--ctx 4096 over 2 slots: 2,048 tokens) is
     // skipped before any request, with the limit and where it came from; the run's exit

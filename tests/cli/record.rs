@@ -55,6 +55,7 @@ pub fn options(target: &str, out: &Path) -> RecordOptions {
         modes: vec![runner::Mode::Matrix],
         burst_requests: runner::DEFAULT_BURST_REQUESTS,
         rate: None,
+        plan_only: false,
     }
 }
 
@@ -642,4 +643,62 @@ fn cells_over_the_kv_budget_are_skipped_when_asked() {
             assert_eq!(over.status, CellStatus::Complete, "{over:?}");
         }
     }
+}
+
+/// `--plan` probes the server and prints what the command line would record and skip,
+/// with the reason, and writes nothing: the KV-capacity plan before any GPU time.
+#[test]
+fn a_plan_lists_the_cells_and_writes_nothing() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let out = tmp.path().join("planned");
+    let done = Command::new(env!("CARGO_BIN_EXE_tokentrace"))
+        .args(["record", "--out"])
+        .arg(&out)
+        .args([
+            "--sim-profile",
+            "tiny",
+            "--contexts",
+            "512,1K",
+            "--concurrency",
+            "1,20",
+            "--max-tokens",
+            "20",
+            "--mode",
+            "matrix,burst",
+            "--gpu-telemetry",
+            "off",
+            "--skip-over-capacity",
+            "--plan",
+        ])
+        .output()
+        .expect("record --plan");
+    assert!(
+        done.status.success(),
+        "{}",
+        String::from_utf8_lossy(&done.stderr)
+    );
+    assert!(!out.exists(), "--plan wrote {}", out.display());
+    let said = String::from_utf8_lossy(&done.stdout);
+    let lines: Vec<&str> = said.lines().collect();
+    assert_eq!(lines.len(), 11, "{said}");
+    assert!(
+        lines.contains(&"record  prefill context=512 concurrency=1"),
+        "{said}"
+    );
+    assert!(
+        lines.contains(&"record  burst context=1024 concurrency=1"),
+        "{said}"
+    );
+    for phase in ["decode", "burst"] {
+        let skip = format!(
+            "skip    {phase} context=1024 concurrency=20: context 1024 × 20 streams needs 20480 \
+             tokens of KV cache; the server has 20000 (metrics vllm:cache_config_info: \
+             num_gpu_blocks × block_size) and --skip-over-capacity is set"
+        );
+        assert!(lines.contains(&skip.as_str()), "{said}");
+    }
+    assert_eq!(
+        lines.last(),
+        Some(&"10 cells: 8 to record, 2 skipped (nothing was recorded: --plan)")
+    );
 }

@@ -72,6 +72,7 @@ fn options(target: String, out: &std::path::Path) -> RecordOptions {
         modes: vec![runner::Mode::Matrix],
         burst_requests: runner::DEFAULT_BURST_REQUESTS,
         rate: None,
+        plan_only: false,
     }
 }
 
