@@ -137,8 +137,8 @@ pub fn diff(a: &Scoring, b: &Scoring, min_relative: f64) -> Diff {
             .collect();
         let entry = CellDiff {
             cell: *key,
-            status_a: x.status_label(),
-            status_b: y.status_label(),
+            status_a: status(x),
+            status_b: status(y),
             figures,
         };
         if entry.status_a != entry.status_b {
@@ -148,6 +148,19 @@ pub fn diff(a: &Scoring, b: &Scoring, min_relative: f64) -> Diff {
         }
     }
     d
+}
+
+/// A cell's status for the comparison: its verdict (or state), and for a rate cell
+/// whether it met the SLO, so that a rescore under another SLO shows what it moved.
+fn status(c: &crate::contract::CellScore) -> String {
+    match c.figures.as_ref().and_then(|f| f.slo_met) {
+        Some(met) => format!(
+            "{} · SLO {}",
+            c.status_label(),
+            if met { "met" } else { "missed" }
+        ),
+        None => c.status_label(),
+    }
 }
 
 fn cell_name(k: &CellKey) -> String {

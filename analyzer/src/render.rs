@@ -789,6 +789,11 @@ pub(crate) fn burst_table(s: &Scoring) -> Option<Table> {
     Some(Table { headers, rows })
 }
 
+/// A rate cell that completed less than this share of its offered rate saturated the
+/// server (an arrival schedule of N requests also completes a little below its rate,
+/// for the last requests' latency stretches the span).
+const SATURATED_SHARE: f64 = 0.8;
+
 /// One context's latency-versus-rate curve: its table (one row per offered rate) and
 /// the line naming its knee.
 pub(crate) struct RateCurve {
@@ -920,6 +925,25 @@ pub(crate) fn rate_curves(s: &Scoring) -> Vec<RateCurve> {
                         ),
                     }
                 }
+            };
+            // Saturation: the highest completed rate, when a cell offered well above it.
+            let achieved = |c: &&CellScore| shown(c).and_then(|f| f.request_rate);
+            let top = row_cells
+                .iter()
+                .filter_map(|c| achieved(c).map(|a| (a, *c)))
+                .max_by(|a, b| a.0.total_cmp(&b.0));
+            let saturated = row_cells.iter().any(|c| {
+                c.rate.zip(achieved(c)).is_some_and(|(r, a)| {
+                    r.is_inf() || a < SATURATED_SHARE * r.per_second()
+                })
+            });
+            let knee = match top {
+                Some((a, c)) if saturated => format!(
+                    "{knee}. Completed requests level off at {} req/s (at {} req/s offered): the server's capacity at this context",
+                    fixed(a, 2),
+                    c.rate.map_or_else(|| DASH.to_string(), |r| r.to_string())
+                ),
+                _ => knee,
             };
             RateCurve {
                 context: ctx,

@@ -428,10 +428,24 @@ async fn burst_and_rate_cells_agree_with_the_simulators_ground_truth() {
     // The capacity knee, under an SLO of p99 TTFT ≤ 400 ms (a rule, as a rule file
     // would give it to `rescore`): at 1 request per second each request runs alone
     // (TTFT about 330 ms); at 10 the server holds 4 at once and the rest wait.
+    let by_default = s;
     let mut rules = RuleSet::builtin("default").expect("rules");
     rules.slo.ttft_ms = Some(400.0);
     rules.slo.time_between_tokens_ms = None;
     let s = score_dir(&out, &rules).expect("scored");
+    // The comparison of the two scorings shows each rate cell whose SLO result moved.
+    let d = tokentrace_analyzer::diff::diff(&by_default, &s, 0.0);
+    for c in s.cells.iter().filter(|c| c.phase == Phase::Rate) {
+        let met = |s: &tokentrace_analyzer::contract::Scoring| {
+            s.cells
+                .iter()
+                .find(|x| x.key() == c.key())
+                .and_then(|x| x.figures.as_ref())
+                .and_then(|f| f.slo_met)
+        };
+        let moved = d.verdicts_changed.iter().any(|e| e.cell == c.key());
+        assert_eq!(moved, met(&by_default) != met(&s), "{:?}", c.key());
+    }
     let met: Vec<(String, Option<bool>)> = s
         .cells
         .iter()
@@ -459,6 +473,15 @@ async fn burst_and_rate_cells_agree_with_the_simulators_ground_truth() {
         "{md}"
     );
     assert!(md.contains("10 req/s misses it (p99 TTFT"), "{md}");
+    let html = tokentrace_analyzer::render::render(&s, tokentrace_analyzer::render::Format::Html);
+    for part in [
+        "<h2>Burst / E2E</h2>",
+        "<h2>Request rate</h2>",
+        "<svg class=\"rate-curve\"",
+        "512: knee at 1 req/s",
+    ] {
+        assert!(html.contains(part), "{part}");
+    }
 }
 
 /// A server whose metrics cannot be read is recorded and analyzed with client-side
