@@ -15,6 +15,8 @@ echo "## recorder accuracy, request by request, simulator in its own process (is
 PASSES=2 bash bench/accuracy.sh 10 100 1000
 echo "## recorder accuracy, simulator in the same process (issue 7)"
 "$bin/examples/accuracy_bench" 5 1 10 20 40 100 500 1000
+echo "## rate cells against their schedule (issue 18)"
+bash bench/rate_lag.sh 2000 10 100 1000
 echo "## recorder CPU and memory"
 bash bench/recorder.sh 1000 20s 60s
 echo "## re-scoring speed"

@@ -473,6 +473,55 @@ async fn burst_and_rate_cells_agree_with_the_simulators_ground_truth() {
         "{md}"
     );
     assert!(md.contains("10 req/s misses it (p99 TTFT"), "{md}");
+    // The same through the command line: `rescore` under each rule set, then `diff` of
+    // the two scorings names the cell whose SLO result the new rules moved.
+    let rules_file = tmp.path().join("tight-slo.toml");
+    std::fs::write(
+        &rules_file,
+        "name = \"tight-slo\"\nversion = \"1\"\ndescription = \"default with p99 TTFT ≤ 400 ms\"\n\
+         extends = \"default\"\n\n[slo]\nttft_ms = 400.0\ntime_between_tokens_ms = 1e9\n",
+    )
+    .expect("rules file");
+    let cli = |args: &[&str]| {
+        let o = std::process::Command::new(env!("CARGO_BIN_EXE_tokentrace"))
+            .args(args)
+            .output()
+            .expect("tokentrace");
+        assert!(
+            o.status.success(),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        String::from_utf8_lossy(&o.stdout).to_string()
+    };
+    let run_arg = out.to_str().expect("utf-8");
+    cli(&["rescore", run_arg]);
+    cli(&[
+        "rescore",
+        run_arg,
+        "--rules",
+        rules_file.to_str().expect("utf-8"),
+    ]);
+    let said = cli(&[
+        "diff",
+        out.join("results/default@1.3.0.json")
+            .to_str()
+            .expect("utf-8"),
+        out.join("results/tight-slo@1.json")
+            .to_str()
+            .expect("utf-8"),
+    ]);
+    // At 10 requests per second the default SLO's p99 time between tokens sits near
+    // its limit: whether the cell moved is read from the in-process scorings above.
+    for c in s.cells.iter().filter(|c| c.phase == Phase::Rate) {
+        let moved = d.verdicts_changed.iter().any(|e| e.cell == c.key());
+        let name = format!("rate 512 at {} req/s", c.rate.expect("rate"));
+        assert_eq!(said.contains(&name), moved, "{name}: {said}");
+    }
+    assert!(
+        said.contains("SLO missed") || d.verdicts_changed.is_empty(),
+        "{said}"
+    );
     let html = tokentrace_analyzer::render::render(&s, tokentrace_analyzer::render::Format::Html);
     for part in [
         "<h2>Burst / E2E</h2>",
