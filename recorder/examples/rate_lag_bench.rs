@@ -10,19 +10,21 @@
 //! usage: rate_lag_bench [REQUESTS=2000] [RATES...=10 100 1000] [ARRIVAL=poisson]
 //! (run with `--release`; the figures go to BENCHMARKS.md)
 
+#[path = "common/loopback.rs"]
+mod loopback;
+
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::process::ExitCode;
 use std::time::Duration;
 
 use serde_json::json;
-use tokentrace_recorder::cell::{self, CellPlan, RunCtx};
-use tokentrace_recorder::client::TokenCounting;
+use tokentrace_recorder::cell::{self, CellPlan};
 use tokentrace_schemas::clock::RunClock;
 use tokentrace_schemas::manifest::RateConfig;
 use tokentrace_schemas::reader::read_table;
 use tokentrace_schemas::schedule::Arrival;
-use tokentrace_schemas::tables::{Endpoint, Requests, Role};
+use tokentrace_schemas::tables::{Requests, Role};
 use tokentrace_schemas::{CellKey, Rate};
 use tokentrace_sim::profile::Curve;
 use tokentrace_sim::truth::TruthRequests;
@@ -66,31 +68,7 @@ async fn one(rate: Rate, requests: u32, arrival: Arrival) -> Result<String, Stri
     .await
     .map_err(|e| e.to_string())?;
     let clock = RunClock::start();
-    let ctx = RunCtx {
-        client: reqwest::Client::builder()
-            .tcp_nodelay(true)
-            .pool_max_idle_per_host(0)
-            .build()
-            .map_err(|e| e.to_string())?,
-        clock,
-        transport: std::sync::Arc::new(
-            tokentrace_recorder::http::Transport::new(
-                &format!("{}/v1/completions", sim.url()),
-                &[],
-            )
-            .map_err(|e| e.to_string())?,
-        ),
-        endpoint: Endpoint::Completions,
-        metrics_url: Some(format!("{}/metrics", sim.url())),
-        scrape_interval: Duration::from_secs(1),
-        stall_timeout: Duration::from_secs(60),
-        warmup_timeout: Duration::from_secs(120),
-        drain_timeout: Duration::from_secs(60),
-        counting: TokenCounting::TokenIds,
-        tokens: Default::default(),
-        writers: Default::default(),
-        gpus: None,
-    };
+    let ctx = loopback::run_ctx(&sim.url(), clock)?;
     let prompt = Tokenizer::new().prompt_of(256, 1);
     let body = |n: u32| {
         json!({"prompt": prompt, "max_tokens": n, "stream": true, "ignore_eos": true, "return_token_ids": true,

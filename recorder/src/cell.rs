@@ -157,6 +157,24 @@ impl Cell {
         }
     }
 
+    /// Runs `spec` on `lane` to its end under the run's token counting and stall
+    /// timeout (`cancel` turning true closes it); the rows go to the cell's writer.
+    async fn run(
+        &self,
+        lane: &mut Lane,
+        spec: &RequestSpec,
+        cancel: watch::Receiver<bool>,
+        first_token: Option<oneshot::Sender<i64>>,
+    ) -> client::Ran {
+        let ctl = RunCtl {
+            counting: self.ctx.counting,
+            stall_timeout: self.ctx.stall_timeout,
+            cancel,
+            first_token,
+        };
+        client::run(lane, spec, ctl, &self.ctx.clock, &self.tx).await
+    }
+
     /// Scrapes once and queues the rows, then samples the GPUs (off the runtime's
     /// threads: NVML calls block); returns (running, waiting) when known.
     async fn scrape_once(&self) -> Option<(f64, f64)> {
@@ -528,13 +546,7 @@ pub async fn record_prefill(
             break;
         }
         let spec = cell.spec(None, Role::Scout, &plan.scout_body, SCOUT_MAX_TOKENS);
-        let ctl = RunCtl {
-            counting: ctx.counting,
-            stall_timeout: ctx.stall_timeout,
-            cancel: cancel.clone(),
-            first_token: None,
-        };
-        let ran = client::run(&mut lane, &spec, ctl, &ctx.clock, &cell.tx).await;
+        let ran = cell.run(&mut lane, &spec, cancel.clone(), None).await;
         if !cell.account(&ran) || ran.refused.is_none() {
             break;
         }
@@ -568,13 +580,7 @@ async fn prime(cell: &Arc<Cell>, n: u32) -> Vec<Lane> {
                 &cell.plan.prime_body,
                 PRIME_MAX_TOKENS,
             );
-            let ctl = RunCtl {
-                counting: cell.ctx.counting,
-                stall_timeout: cell.ctx.stall_timeout,
-                cancel,
-                first_token: None,
-            };
-            let ran = client::run(&mut lane, &spec, ctl, &cell.ctx.clock, &cell.tx).await;
+            let ran = cell.run(&mut lane, &spec, cancel, None).await;
             cell.account(&ran);
             (lane, Some(ran))
         }
@@ -666,13 +672,9 @@ pub async fn record_decode(
                 };
                 let slot = i32::try_from(slot).unwrap_or(i32::MAX);
                 let spec = cell.spec(Some(slot), role, &cell.plan.body, cell.plan.max_tokens);
-                let ctl = RunCtl {
-                    counting: cell.ctx.counting,
-                    stall_timeout: cell.ctx.stall_timeout,
-                    cancel: cancel.clone(),
-                    first_token: first.take(),
-                };
-                let mut ran = client::run(&mut lane, &spec, ctl, &cell.ctx.clock, &cell.tx).await;
+                let mut ran = cell
+                    .run(&mut lane, &spec, cancel.clone(), first.take())
+                    .await;
                 // Readiness waits for a token: a request without one hands it on.
                 first = first.or(ran.first_token.take());
                 if !cell.account(&ran) {
@@ -816,6 +818,21 @@ async fn close(
     finish(cell, handle).await
 }
 
+/// The warm-up of a burst or rate cell: `n` streams primed (see [`prime`]) between the
+/// warm-up events, then a scrape. Returns the primed connections.
+async fn warm_up(cell: &Arc<Cell>, n: u32) -> Vec<Lane> {
+    cell.event(EventKind::WarmupStart, None, None).await;
+    let lanes = prime(cell, n).await;
+    cell.event(
+        EventKind::WarmupEnd,
+        None,
+        Some(Readiness::Ready.to_detail()),
+    )
+    .await;
+    cell.scrape_once().await;
+    lanes
+}
+
 /// Records a burst cell: after priming, exactly `plan.requests` measured requests at
 /// `concurrency` in flight, each run to completion (a refused one is sent again after
 /// the backoff, and its refused row stays in the trace).
@@ -828,15 +845,7 @@ pub async fn record_burst(
     let (cell, handle) = start(ctx, plan, run).await?;
     let n = plan.key.concurrency.max(1).min(plan.requests.max(1));
     let background = Background::start(&cell);
-    cell.event(EventKind::WarmupStart, None, None).await;
-    let lanes = prime(&cell, n).await;
-    cell.event(
-        EventKind::WarmupEnd,
-        None,
-        Some(Readiness::Ready.to_detail()),
-    )
-    .await;
-    cell.scrape_once().await;
+    let lanes = warm_up(&cell, n).await;
     cell.event(EventKind::WindowOpen, None, None).await;
     let tickets = Arc::new(AtomicU64::new(0));
     let total = u64::from(plan.requests);
@@ -860,13 +869,7 @@ pub async fn record_burst(
                         &cell.plan.body,
                         cell.plan.max_tokens,
                     );
-                    let ctl = RunCtl {
-                        counting: cell.ctx.counting,
-                        stall_timeout: cell.ctx.stall_timeout,
-                        cancel: cancel.clone(),
-                        first_token: None,
-                    };
-                    let ran = client::run(&mut lane, &spec, ctl, &cell.ctx.clock, &cell.tx).await;
+                    let ran = cell.run(&mut lane, &spec, cancel.clone(), None).await;
                     if !cell.account(&ran) {
                         break 'tickets;
                     }
@@ -898,15 +901,7 @@ pub async fn record_rate(ctx: &RunCtx, plan: &CellPlan, run: &Path) -> Result<Re
     debug_assert_eq!(plan.key.phase, Phase::Rate);
     let (cell, handle) = start(ctx, plan, run).await?;
     let background = Background::start(&cell);
-    cell.event(EventKind::WarmupStart, None, None).await;
-    let primed = prime(&cell, 1).await;
-    cell.event(
-        EventKind::WarmupEnd,
-        None,
-        Some(Readiness::Ready.to_detail()),
-    )
-    .await;
-    cell.scrape_once().await;
+    let primed = warm_up(&cell, 1).await;
     let schedule = match (&plan.rate, plan.key.rate) {
         (Some(c), Some(rate)) => Schedule::new(
             rate,
@@ -963,13 +958,7 @@ pub async fn record_rate(ctx: &RunCtx, plan: &CellPlan, run: &Path) -> Result<Re
                 let (cell, idle, cancel) = (cell.clone(), idle.clone(), cancel.clone());
                 rt.spawn(async move {
                     let mut lane = lane.unwrap_or_else(|| Lane::new(cell.ctx.transport.clone()));
-                    let ctl = RunCtl {
-                        counting: cell.ctx.counting,
-                        stall_timeout: cell.ctx.stall_timeout,
-                        cancel,
-                        first_token: None,
-                    };
-                    let ran = client::run(&mut lane, &spec, ctl, &cell.ctx.clock, &cell.tx).await;
+                    let ran = cell.run(&mut lane, &spec, cancel, None).await;
                     if let Ok(mut v) = idle.lock() {
                         v.push(lane);
                     }

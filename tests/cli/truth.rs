@@ -241,29 +241,25 @@ async fn figures_agree_with_the_simulators_ground_truth() {
     assert_eq!(compared, 4);
 }
 
-/// Burst and rate cells: fast steps, so that a request takes about half a second.
-const OPEN_PROFILE: &str = r#"
-name = "truth-open"
-model = "sim-truth"
-max_model_len = 8192
-max_num_seqs = 4
-kv_cache_tokens = 100000
-max_num_batched_tokens = 8192
-block_size = 16
-prefill_tokens_per_s = [[256, 4000.0], [8192, 4000.0]]
-step_ms = [[1, 20.0], [8, 20.0]]
-step_ms_per_mtoken = 0.0
-prefill_overhead_ms = 200.0
-spec_tokens = 0
-spec_acceptance = 0.0
-reasoning_tokens = 0
-reasoning_field = "reasoning_content"
-loop_probability = [[1, 0.0]]
-loop_after_tokens = 16
-loop_cycle_tokens = 8
-eos_probability = 0.0
-seed = 3
-"#;
+/// Burst and rate cells: the same server with fast steps (20 ms) and prefills (200 ms),
+/// so that a request takes about half a second.
+fn open_profile() -> String {
+    let p = PROFILE
+        .replace("name = \"truth\"", "name = \"truth-open\"")
+        .replace(
+            "step_ms = [[1, 100.0], [8, 100.0]]",
+            "step_ms = [[1, 20.0], [8, 20.0]]",
+        )
+        .replace(
+            "prefill_overhead_ms = 1000.0",
+            "prefill_overhead_ms = 200.0",
+        );
+    assert!(
+        p.contains("step_ms = [[1, 20.0]") && p.contains("prefill_overhead_ms = 200.0"),
+        "{p}"
+    );
+    p
+}
 
 /// Burst and rate cells against the ground truth: a burst cell holds exactly the asked
 /// number of measured requests, and its E2E latency agrees with the simulator's within
@@ -277,7 +273,7 @@ async fn burst_and_rate_cells_agree_with_the_simulators_ground_truth() {
     use tokentrace_schemas::schedule::{Arrival, Schedule};
     let tmp = tempfile::tempdir().expect("tempdir");
     let profile_path = tmp.path().join("truth-open.toml");
-    std::fs::write(&profile_path, OPEN_PROFILE).expect("profile");
+    std::fs::write(&profile_path, open_profile()).expect("profile");
     let truth_dir = tmp.path().join("truth");
     std::fs::create_dir_all(&truth_dir).expect("mkdir");
     let addr: SocketAddr = "127.0.0.1:0".parse().expect("addr");
