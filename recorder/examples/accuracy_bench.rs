@@ -23,28 +23,12 @@ use tokentrace_schemas::clock::RunClock;
 use tokentrace_schemas::reader::read_table;
 use tokentrace_schemas::tables::{ChunkKind, Chunks, Requests};
 use tokentrace_schemas::{CellKey, Phase};
-use tokentrace_sim::profile::Curve;
 use tokentrace_sim::truth::{TruthChunks, TruthRequests};
 use tokentrace_sim::{Profile, SimOptions, SimServer, Tokenizer};
 
+/// `streams` sequences at once, 10 ms steps, TTFT 50 ms.
 fn profile(streams: u32) -> Result<Profile, String> {
-    let mut p = Profile::load("tiny").map_err(|e| e.to_string())?;
-    p.max_num_seqs = streams;
-    p.kv_cache_tokens = 1 << 40;
-    p.max_num_batched_tokens = 1 << 20;
-    p.max_model_len = 1 << 20;
-    p.step_ms = Curve::try_from(vec![[1.0, 10.0]])?;
-    p.prefill_tokens_per_s = Curve::try_from(vec![[1.0, 1e9]])?;
-    p.prefill_overhead_ms = 40.0;
-    Ok(p)
-}
-
-fn pct(sorted: &[i64], q: f64) -> f64 {
-    if sorted.is_empty() {
-        return f64::NAN;
-    }
-    let rank = ((q * sorted.len() as f64).ceil() as usize).clamp(1, sorted.len());
-    sorted[rank - 1] as f64 / 1e6
+    loopback::roomy_profile(streams, 10.0, 40.0)
 }
 
 async fn one(streams: u32, window: Duration) -> Result<String, String> {
@@ -156,15 +140,15 @@ async fn one(streams: u32, window: Duration) -> Result<String, String> {
     Ok(format!(
         "| {streams} | {} | {events_per_s:.0} | {:.3} | {:.3} | {:.3} | {:.3} | {:.3} | {:.3} | {:.3} | {:.3} | {:.3} | {dropped} |",
         delay.len(),
-        pct(&first, 0.5),
-        pct(&first, 0.99),
-        pct(&first, 1.0),
-        pct(&gap_err, 0.5),
-        pct(&gap_err, 0.99),
-        pct(&gap_err, 1.0),
-        pct(&delay, 0.5),
-        pct(&delay, 0.99),
-        pct(&queue, 0.99),
+        loopback::pct(&first, 0.5),
+        loopback::pct(&first, 0.99),
+        loopback::pct(&first, 1.0),
+        loopback::pct(&gap_err, 0.5),
+        loopback::pct(&gap_err, 0.99),
+        loopback::pct(&gap_err, 1.0),
+        loopback::pct(&delay, 0.5),
+        loopback::pct(&delay, 0.99),
+        loopback::pct(&queue, 0.99),
     ))
 }
 

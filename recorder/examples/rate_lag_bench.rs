@@ -26,28 +26,12 @@ use tokentrace_schemas::reader::read_table;
 use tokentrace_schemas::schedule::Arrival;
 use tokentrace_schemas::tables::{Requests, Role};
 use tokentrace_schemas::{CellKey, Rate};
-use tokentrace_sim::profile::Curve;
 use tokentrace_sim::truth::TruthRequests;
 use tokentrace_sim::{Profile, SimOptions, SimServer, Tokenizer};
 
+/// Room for every request at once: 5 ms steps, prefill in 1 ms.
 fn profile() -> Result<Profile, String> {
-    let mut p = Profile::load("tiny").map_err(|e| e.to_string())?;
-    p.max_num_seqs = 100_000;
-    p.kv_cache_tokens = 1 << 40;
-    p.max_num_batched_tokens = 1 << 24;
-    p.max_model_len = 1 << 20;
-    p.step_ms = Curve::try_from(vec![[1.0, 5.0]])?;
-    p.prefill_tokens_per_s = Curve::try_from(vec![[1.0, 1e9]])?;
-    p.prefill_overhead_ms = 1.0;
-    Ok(p)
-}
-
-fn pct(sorted: &[i64], q: f64) -> f64 {
-    if sorted.is_empty() {
-        return f64::NAN;
-    }
-    let rank = ((q * sorted.len() as f64).ceil() as usize).clamp(1, sorted.len());
-    sorted[rank - 1] as f64 / 1e6
+    loopback::roomy_profile(100_000, 5.0, 1.0)
 }
 
 async fn one(rate: Rate, requests: u32, arrival: Arrival) -> Result<String, String> {
@@ -143,15 +127,15 @@ async fn one(rate: Rate, requests: u32, arrival: Arrival) -> Result<String, Stri
     Ok(format!(
         "| {rate} | {} | {:.3} / {:.3} / {:.3} | {:.3} / {:.3} / {:.3} | {:.3} / {:.3} | {:.3}% | {:.1} vs {:.1} ({:.4}%) | {dropped} |",
         sent.len(),
-        pct(&sent, 0.5),
-        pct(&sent, 0.99),
-        pct(&sent, 1.0),
-        pct(&seen, 0.5),
-        pct(&seen, 0.99),
-        pct(&seen, 1.0),
-        pct(&diff, 0.5),
-        pct(&diff, 0.99),
-        100.0 * pct(&diff, 0.5) / gap_ms,
+        loopback::pct(&sent, 0.5),
+        loopback::pct(&sent, 0.99),
+        loopback::pct(&sent, 1.0),
+        loopback::pct(&seen, 0.5),
+        loopback::pct(&seen, 0.99),
+        loopback::pct(&seen, 1.0),
+        loopback::pct(&diff, 0.5),
+        loopback::pct(&diff, 0.99),
+        100.0 * loopback::pct(&diff, 0.5) / gap_ms,
         seen_span,
         due_span,
         100.0 * (seen_span - due_span).abs() / due_span.max(1e-9),
