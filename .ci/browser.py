@@ -11,6 +11,8 @@ For each page, from a file URL with every network request refused:
 - clicking each matrix cell opens its drill-down, with a drawn token chart and
   request lanes (the first drill-down of each verdict is saved as
   PAGE-drill-VERDICT.png);
+- the Burst / E2E table has a row per burst cell, each context's Request rate table a
+  row per rate cell, and each latency-versus-rate curve (an inline SVG) is drawn;
 - clicking a column of the measurements table sorts it;
 - a screenshot of the whole page is saved in SHOTS_DIR.
 A comparison page (`:-`) must show its ratio heat map: every cell both runs have, with
@@ -153,13 +155,41 @@ def check(driver, page, scoring, shots):
             driver.execute_script("document.getElementById('drill').scrollIntoView()")
             driver.save_screenshot(str(shots / f"{page.stem}-drill-{verdict}.png"))
 
-    # Sorting: the "Requests at once" column, clicked twice, ends descending.
+    # Burst and rate cells: their tables, and each context's curve drawn.
+    burst = [c for c in scoring["cells"] if c["phase"] == "burst"]
+    rows = driver.find_elements(By.CSS_SELECTOR, "#burst tbody tr")
+    if len(rows) != len(burst):
+        problems.append(f"burst table has {len(rows)} rows, the scoring {len(burst)} burst cells")
+    rate = [c for c in scoring["cells"] if c["phase"] == "rate"]
+    curves_wanted = 0
+    for ctx in sorted({c["context"] for c in rate}):
+        cells_here = [c for c in rate if c["context"] == ctx]
+        rows = driver.find_elements(By.CSS_SELECTOR, f"#rate-{ctx} tbody tr")
+        if len(rows) != len(cells_here) or not all(r.is_displayed() for r in rows):
+            problems.append(f"rate table {ctx}: {len(rows)} rows, the scoring {len(cells_here)} cells")
+        shown_cells = [c for c in cells_here if c["verdict"] in ("valid", "requests_queued")]
+        curves_wanted += len(shown_cells) >= 2
+    curves = driver.find_elements(By.CSS_SELECTOR, "svg.rate-curve")
+    if len(curves) != curves_wanted:
+        problems.append(f"rate curves: {len(curves)} drawn, want {curves_wanted}")
+    for svg in curves:
+        lines = [p.get_attribute("points").split() for p in svg.find_elements(By.TAG_NAME, "polyline")]
+        size = svg.size
+        if not svg.is_displayed() or size["width"] < 100 or size["height"] < 100 or not lines or any(len(l) < 2 for l in lines):
+            problems.append(f"rate curve {svg.get_attribute('aria-label')}: not drawn ({size}, {lines})")
+
+    # Sorting: the "Requests at once" column, clicked twice, ends descending (a rate
+    # cell's row has no number there).
     header = driver.find_elements(By.CSS_SELECTOR, "#measurements thead th")[2]
     header.click()
     header.click()
     column = [
-        float(td.get_attribute("data-sort"))
-        for td in driver.find_elements(By.CSS_SELECTOR, "#measurements tbody tr td:nth-child(3)")
+        float(v)
+        for v in (
+            td.get_attribute("data-sort")
+            for td in driver.find_elements(By.CSS_SELECTOR, "#measurements tbody tr td:nth-child(3)")
+        )
+        if v is not None
     ]
     if column != sorted(column, reverse=True) or header.get_attribute("aria-sort") != "descending":
         problems.append(f"measurements not sorted descending by concurrency: {column}")

@@ -500,12 +500,12 @@ fn rate_chart(o: &mut String, c: &crate::render::RateCurve) {
                 (y > 0.0).then(|| format!("{:.1},{:.1}", sx(p.x), sy(y)))
             })
             .collect();
+        // The legend runs along the top, clear of the lines.
         let _ = writeln!(
             o,
-            "<polyline fill=\"none\" stroke=\"{colour}\" stroke-width=\"2\" points=\"{}\"/><text x=\"{}\" y=\"{}\" fill=\"{colour}\" font-size=\"11\">{name}</text>",
+            "<polyline fill=\"none\" stroke=\"{colour}\" stroke-width=\"2\" points=\"{}\"/><text x=\"{}\" y=\"14\" fill=\"{colour}\" font-size=\"11\">{name}</text>",
             line.join(" "),
-            w - m - 70.0,
-            m + 14.0 * i as f64
+            m + 70.0 + 80.0 * i as f64
         );
     }
     for p in pts {
@@ -517,9 +517,19 @@ fn rate_chart(o: &mut String, c: &crate::render::RateCurve) {
             escape(&p.label)
         );
     }
+    // The latency axis: its highest and lowest value.
+    for y in [y0, y1] {
+        let _ = writeln!(
+            o,
+            "<text x=\"{}\" y=\"{:.1}\" font-size=\"10\" text-anchor=\"end\">{}</text>",
+            m - 4.0,
+            sy(y.exp()) + 3.0,
+            escape(&crate::numbers::fixed(y.exp(), 0))
+        );
+    }
     let _ = writeln!(
         o,
-        "<text x=\"{}\" y=\"{}\" font-size=\"11\" text-anchor=\"middle\">offered req/s (log)</text><text x=\"12\" y=\"{m}\" font-size=\"11\">ms (log)</text>\n</svg>",
+        "<text x=\"{}\" y=\"{}\" font-size=\"11\" text-anchor=\"middle\">offered req/s (log)</text><text x=\"4\" y=\"14\" font-size=\"11\">ms (log)</text>\n</svg>",
         w / 2.0,
         h - 8.0
     );

@@ -287,16 +287,6 @@ pub(crate) fn header(s: &Scoring) -> Header {
             },
         ),
         fact(
-            "Prefill mode",
-            if r.prefill_mode == "warmup" {
-                "Measured during decode warm-up"
-            } else {
-                "Cold scout request per context"
-            }
-            .to_string(),
-        ),
-        fact("Time per measurement", format!("{} s", fixed(r.window_s, 1))),
-        fact(
             "Max output",
             format!("{} tokens", thousands(i64::from(r.max_tokens))),
         ),
@@ -327,6 +317,35 @@ pub(crate) fn header(s: &Scoring) -> Header {
             },
         ),
     ];
+    // The matrix's settings, when the run has matrix cells (prefill and decode).
+    let mut run = run;
+    if s.cells
+        .iter()
+        .any(|c| matches!(c.phase, Phase::Prefill | Phase::Decode))
+    {
+        let at = run
+            .iter()
+            .position(|(k, _)| k == "Decode test")
+            .map_or(run.len(), |i| i + 1);
+        run.splice(
+            at..at,
+            [
+                fact(
+                    "Prefill mode",
+                    if r.prefill_mode == "warmup" {
+                        "Measured during decode warm-up"
+                    } else {
+                        "Cold scout request per context"
+                    }
+                    .to_string(),
+                ),
+                fact(
+                    "Time per measurement",
+                    format!("{} s", fixed(r.window_s, 1)),
+                ),
+            ],
+        );
+    }
     Header {
         model: model_display_name(&r.model).to_string(),
         hardware: described.unwrap_or_else(|| "unspecified hardware".to_string()),

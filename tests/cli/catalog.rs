@@ -41,6 +41,7 @@ fn a_fleet_becomes_one_table() {
         &fixtures().join("sim-completions"),
         &fleet.join("sim/completions"),
     );
+    copy_dir(&fixtures().join("sim-open"), &fleet.join("sim/open"));
     let keys = [
         CellKey::new(Phase::Decode, 1024, 1),
         CellKey::new(Phase::Decode, 1024, 4),
@@ -57,7 +58,7 @@ fn a_fleet_becomes_one_table() {
     );
     let said = String::from_utf8_lossy(&done.stdout).to_string();
     assert!(
-        said.ends_with("rows from 3 runs under rule set default@1.3.0\n"),
+        said.ends_with("rows from 4 runs under rule set default@1.3.0\n"),
         "{said}"
     );
 
@@ -104,6 +105,7 @@ fn a_fleet_becomes_one_table() {
         numbers("total_tok_s"),
         numbers("ttft_ms_median"),
     );
+    let offered = numbers("rate");
     let mut engines: Vec<String> = engine.iter().flatten().cloned().collect();
     engines.sort();
     engines.dedup();
@@ -111,7 +113,7 @@ fn a_fleet_becomes_one_table() {
 
     // Row for row, each run's JSON scoring, in the order the runs were found.
     let mut row = 0;
-    for rel in ["sim/chat", "sim/completions", "vllm/nightly-1"] {
+    for rel in ["sim/chat", "sim/completions", "sim/open", "vllm/nightly-1"] {
         let run = fleet.join(rel);
         let json = tokentrace(&["report", run.to_str().expect("utf-8"), "--format", "json"]);
         let s: serde_json::Value = serde_json::from_slice(&json.stdout).expect("scoring");
@@ -120,6 +122,13 @@ fn a_fleet_becomes_one_table() {
             assert_eq!(phase[row].as_deref(), c["phase"].as_str(), "row {row}");
             assert_eq!(context[row], c["context"].as_i64(), "row {row}");
             assert_eq!(concurrency[row], c["concurrency"].as_i64(), "row {row}");
+            // A rate cell's offered rate in requests per second; null for other cells.
+            let want_offered = c["rate"].as_str().map(|r| {
+                tokentrace_schemas::Rate::parse(r)
+                    .expect("a rate")
+                    .per_second()
+            });
+            assert_eq!(offered[row], want_offered, "row {row}");
             assert_eq!(verdict[row].as_deref(), c["verdict"].as_str(), "row {row}");
             // (serde_json's default float parsing may be one ulp off: a relative 1e-12.)
             let same = |a: Option<f64>, b: Option<f64>| match (a, b) {
@@ -153,5 +162,5 @@ fn a_fleet_becomes_one_table() {
     assert_eq!(partial.status.code(), Some(1));
     let err = String::from_utf8_lossy(&partial.stderr);
     assert!(err.contains("broken: not catalogued:"), "{err}");
-    assert!(String::from_utf8_lossy(&partial.stdout).contains(&format!("{row} rows from 3 runs")));
+    assert!(String::from_utf8_lossy(&partial.stdout).contains(&format!("{row} rows from 4 runs")));
 }

@@ -104,7 +104,7 @@ fn golden(name: &str) -> PathBuf {
 #[test]
 fn golden_runs_reparse_row_for_row_and_report_byte_for_byte() {
     let tmp = tempfile::tempdir().expect("tempdir");
-    for name in ["sim-completions", "sim-chat"] {
+    for name in ["sim-completions", "sim-chat", "sim-open"] {
         let out = tmp.path().join(name);
         reparse(&golden(name), &out, None);
         assert_same_rows(&rows_of(&golden(name)), &rows_of(&out));

@@ -9,7 +9,7 @@ use std::process::Command;
 use clap::Parser;
 use tokentrace::{Cli, run};
 
-const RUNS: [&str; 2] = ["sim-completions", "sim-chat"];
+const RUNS: [&str; 3] = ["sim-completions", "sim-chat", "sim-open"];
 /// (rule set, format) of every expected report.
 const EXPECTED: [(&str, &str); 5] = [
     ("default", "md"),
