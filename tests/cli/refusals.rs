@@ -2,7 +2,8 @@
 //! a larger one, as llama.cpp lists its training context) fails after a few requests,
 //! not hundreds, with the server's message, and the run's exit status says so; a server
 //! that refuses above a request rate is sent requests at a bounded rate and the cell
-//! still measures.
+//! still measures; an open-loop rate cell above that rate keeps its schedule and is an
+//! Error with the refusals as evidence.
 
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
@@ -148,4 +149,71 @@ async fn a_server_refusing_above_a_rate_gets_a_bounded_rate_and_the_cell_measure
             && line.contains(&format!("{refused} refused before streaming")),
         "{line}"
     );
+}
+
+/// Open loop against a server that refuses above 5 requests per second: a rate cell at 20
+/// keeps to its schedule (refused requests are not sent again: the schedule is the
+/// load), every refusal stays in the trace, and the cell is Error with the server's
+/// message, so its latencies, taken over the requests served, are never shown as Valid.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rate_cell_refused_above_the_servers_rate_is_an_error_with_the_refusals() {
+    use tokentrace_analyzer::contract::{Evidence, Verdict};
+    let mut profile = Profile::load("tiny").expect("tiny");
+    profile.max_requests_per_s = 5.0;
+    let server = sim(profile).await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let out = dir.path().join("run");
+    let mut opts = options(&server.url(), &out);
+    opts.contexts = vec![256];
+    opts.max_tokens = 8;
+    opts.modes = vec![runner::Mode::Rate];
+    opts.rate = Some(tokentrace_schemas::manifest::RateConfig {
+        rates: vec![tokentrace_schemas::Rate::parse("20").expect("rate")],
+        arrival: tokentrace_schemas::schedule::Arrival::Constant,
+        seed: 0,
+        requests: Some(40),
+        duration_ns: None,
+        max_concurrency: None,
+    });
+    let m = runner::record(&opts, |_| {}).await.expect("recorded");
+    server.stop();
+    assert!(
+        m.cells.iter().all(|c| c.status == CellStatus::Complete),
+        "{:?}",
+        m.cells
+    );
+    let (_, cell) = tokentrace_schemas::layout::list_cells(&out)
+        .expect("cells")
+        .into_iter()
+        .next()
+        .expect("the rate cell");
+    let rows = read_table::<Requests>(&cell.join("requests.parquet")).expect("requests");
+    let measured: Vec<_> = rows
+        .iter()
+        .filter(|r| r.role == tokentrace_schemas::tables::Role::Measured)
+        .collect();
+    // Exactly the schedule: 40 requests 50 ms apart, refused or not.
+    assert_eq!(measured.len(), 40);
+    let mut due: Vec<i64> = measured.iter().map(|r| r.scheduled_ns).collect();
+    due.sort_unstable();
+    assert!(due.windows(2).all(|w| w[1] - w[0] == 50_000_000), "{due:?}");
+    let refused = measured
+        .iter()
+        .filter(|r| r.http_status == Some(429))
+        .count();
+    assert!(refused >= 20, "{refused} of 40 refused");
+    let s = tokentrace_analyzer::score_dir(
+        &out,
+        &tokentrace_analyzer::RuleSet::builtin("default").expect("rules"),
+    )
+    .expect("scored");
+    let c = &s.cells[0];
+    assert_eq!(c.verdict, Some(Verdict::Error), "{:?}", c.evidence);
+    assert!(
+        c.evidence.iter().any(|e| matches!(e,
+            Evidence::FailedStream { error: Some(msg), .. } if msg.contains("Rate limit exceeded"))),
+        "{:?}",
+        c.evidence
+    );
+    assert_eq!(c.figures.as_ref().and_then(|f| f.slo_met), Some(false));
 }
