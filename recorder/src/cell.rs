@@ -39,6 +39,8 @@ pub const SCOUT_MAX_TOKENS: i32 = 16;
 pub const PRIME_MAX_TOKENS: i32 = 16;
 /// Most rounds of priming requests before a decode cell's warm-up.
 pub const PRIME_ROUNDS: u32 = 3;
+/// Longest sleep of a rate cell's dispatcher between checks that the cell still runs.
+pub const DISPATCH_SLICE: Duration = Duration::from_millis(20);
 /// A request with less than this share of its prompt served from cache prefilled cold.
 pub const WARM_FRACTION: f64 = 0.5;
 
@@ -939,16 +941,32 @@ pub async fn record_rate(ctx: &RunCtx, plan: &CellPlan, run: &Path) -> Result<Re
             // The schedule's zero: request i is due `offset_i` after it.
             let zero_ns = cell.ctx.clock.now_ns();
             let zero = Instant::now();
-            for offset_ns in schedule {
-                if cell.pacer.gave_up().is_some() || *cancel.borrow() {
+            // Stop when the cell gives up (cancel turns true) or is dropped (Ctrl-C: the
+            // sender goes with the cell's future), checked at least every slice.
+            let stopped = |c: &watch::Receiver<bool>| c.has_changed().is_err() || *c.borrow();
+            'schedule: for offset_ns in schedule {
+                if cell.pacer.gave_up().is_some() || stopped(&cancel) {
                     break;
                 }
                 let due = zero + Duration::from_nanos(u64::try_from(offset_ns).unwrap_or(0));
-                let now = Instant::now();
-                if due > now {
-                    std::thread::sleep(due - now);
+                loop {
+                    let now = Instant::now();
+                    if now >= due {
+                        break;
+                    }
+                    if stopped(&cancel) {
+                        break 'schedule;
+                    }
+                    std::thread::sleep((due - now).min(DISPATCH_SLICE));
                 }
-                let Ok(permit) = rt.block_on(slots.clone().acquire_owned()) else {
+                let mut stop = cancel.clone();
+                let permit = rt.block_on(async {
+                    tokio::select! {
+                        p = slots.clone().acquire_owned() => p.ok(),
+                        _ = stop.wait_for(|c| *c) => None,
+                    }
+                });
+                let Some(permit) = permit else {
                     break;
                 };
                 let mut spec =

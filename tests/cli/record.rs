@@ -702,3 +702,57 @@ fn a_plan_lists_the_cells_and_writes_nothing() {
         Some(&"10 cells: 8 to record, 2 skipped (nothing was recorded: --plan)")
     );
 }
+
+/// Ctrl-C during a rate cell whose dispatcher is sleeping between arrivals (0.5 requests
+/// per second): the run stops at once, without a panic, and the cell is left for
+/// `--resume` (the dispatcher thread sees its cell gone within a slice).
+#[test]
+fn ctrl_c_stops_a_rate_cell_between_arrivals() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let out = dir.path().join("run");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_tokentrace"))
+        .args(["record", "--out"])
+        .arg(&out)
+        .args([
+            "--sim-profile",
+            "tiny",
+            "--contexts",
+            "256",
+            "--rates",
+            "0.5",
+            "--rate-requests",
+            "20",
+            "--max-tokens",
+            "8",
+            "--gpu-telemetry",
+            "off",
+        ])
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    // The cell is recording once its staging folder holds a request table.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let staged = out.join(".staging/phase=rate/context=256/rate=0.5/requests.parquet");
+    while !staged.exists() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(staged.exists(), "the rate cell never started");
+    std::thread::sleep(Duration::from_millis(500));
+    let stopped_at = Instant::now();
+    let sent = Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .expect("kill -INT");
+    assert!(sent.success());
+    let output = child.wait_with_output().expect("wait");
+    let took = stopped_at.elapsed();
+    let err = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(130), "{err}");
+    assert!(!err.contains("panicked"), "{err}");
+    // Well under the runtime's 5 s wait for blocking threads at exit, which a dispatcher
+    // asleep until its next arrival would run into.
+    assert!(took < Duration::from_secs(3), "exit took {took:?}: {err}");
+    let m = Manifest::read(&out).expect("manifest");
+    assert_eq!(m.cells[0].status, CellStatus::Interrupted, "{:?}", m.cells);
+    assert!(!m.cells[0].key().dir(&out).exists());
+}
