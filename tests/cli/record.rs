@@ -710,7 +710,7 @@ fn a_plan_lists_the_cells_and_writes_nothing() {
 fn ctrl_c_stops_a_rate_cell_between_arrivals() {
     let dir = tempfile::tempdir().expect("tempdir");
     let out = dir.path().join("run");
-    let mut child = Command::new(env!("CARGO_BIN_EXE_tokentrace"))
+    let child = Command::new(env!("CARGO_BIN_EXE_tokentrace"))
         .args(["record", "--out"])
         .arg(&out)
         .args([
