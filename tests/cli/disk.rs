@@ -26,7 +26,17 @@ while [ "$(find "$DISK/run/cells" -name cell.json 2>/dev/null | wc -l)" -lt "$CE
 done
 case "$FAULT" in
     full) dd if=/dev/zero of="$DISK/filler" bs=1M 2> /dev/null ;;
-    readonly) mount --bind "$DISK/run" "$DISK/run" && mount -o remount,bind,ro "$DISK/run" || exit 91 ;;
+    # One mount call binds and turns read-only (two syscalls microseconds apart): Linux
+    # refuses the read-only step while a file is open for writing through the new bind,
+    # so two separate mount processes raced the recorder opening its next cell's files.
+    # Should the race still be lost, the read-only step is retried until those close.
+    readonly)
+        if ! mount -o bind,ro "$DISK/run" "$DISK/run" 2> /dev/null; then
+            n=0
+            until mount -o remount,bind,ro "$DISK/run" 2> /dev/null; do
+                n=$((n + 1)); [ "$n" -ge 500 ] && exit 91; sleep 0.01
+            done
+        fi ;;
 esac
 wait "$pid"; echo $? > "$OUT/record.code"
 cp -a "$DISK/run" "$OUT/failed"
