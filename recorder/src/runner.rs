@@ -533,16 +533,46 @@ pub async fn record(
             .map_err(|e| RecordError::Client(e.to_string()))?,
         )
     };
+    // A resumed run keeps the settings it was recorded with, so that every cell of it
+    // was measured alike and its manifest tells the truth about all of them.
+    let c = &manifest.config;
+    let setting = |ns: i64| Duration::from_nanos(u64::try_from(ns).unwrap_or(0));
+    let kept = [
+        (
+            "--metrics-interval",
+            c.scrape_interval_ns,
+            opts.scrape_interval,
+        ),
+        ("--stall-timeout", c.stall_timeout_ns, opts.stall_timeout),
+        ("--warmup-timeout", c.warmup_timeout_ns, opts.warmup_timeout),
+        ("--drain-timeout", c.drain_timeout_ns, opts.drain_timeout),
+    ];
+    for (name, recorded, given) in kept {
+        if setting(recorded) != given {
+            progress(Progress::Line(format!(
+                "{name} {}: the run was recorded with {}, which it keeps",
+                humantime::format_duration(given),
+                humantime::format_duration(setting(recorded))
+            )));
+        }
+    }
+    if c.prompt_tolerance_tokens != opts.prompt_tolerance {
+        progress(Progress::Line(format!(
+            "--prompt-tolerance {}: the run was recorded with {}, which it keeps",
+            opts.prompt_tolerance, c.prompt_tolerance_tokens
+        )));
+    }
+    let prompt_tolerance = c.prompt_tolerance_tokens;
     let ctx = RunCtx {
         client: client.clone(),
         clock,
         transport,
         endpoint: manifest.config.endpoint,
         metrics_url: info.metrics_url.clone(),
-        scrape_interval: opts.scrape_interval,
-        stall_timeout: opts.stall_timeout,
-        warmup_timeout: opts.warmup_timeout,
-        drain_timeout: opts.drain_timeout,
+        scrape_interval: setting(c.scrape_interval_ns),
+        stall_timeout: setting(c.stall_timeout_ns),
+        warmup_timeout: setting(c.warmup_timeout_ns),
+        drain_timeout: setting(c.drain_timeout_ns),
         counting: info.counting,
         tokens: opts.progress.clone(),
         writers: opts.writers.clone(),
@@ -703,11 +733,11 @@ pub async fn record(
                 });
             }
         }
-        if prompt_miss > opts.prompt_tolerance {
+        if prompt_miss > prompt_tolerance {
             manifest.cells[i].status = CellStatus::Failed;
             manifest.cells[i].reason = Some(format!(
                 "the prompt is {tokens} tokens by the server's count, {prompt_miss} off the asked {} (tolerance {})",
-                key.context, opts.prompt_tolerance
+                key.context, prompt_tolerance
             ));
         }
         manifest.write(&opts.out)?;

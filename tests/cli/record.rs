@@ -756,3 +756,75 @@ fn ctrl_c_stops_a_rate_cell_between_arrivals() {
     assert_eq!(m.cells[0].status, CellStatus::Interrupted, "{:?}", m.cells);
     assert!(!m.cells[0].key().dir(&out).exists());
 }
+
+/// A resumed run keeps the settings it was recorded with (metrics interval, timeouts,
+/// prompt tolerance), whatever the resuming command line says, and says so: every cell
+/// of the run is measured alike, and its manifest stays true.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_resumed_run_keeps_the_settings_it_was_recorded_with() {
+    use tokentrace_schemas::tables::{EventKind, Events, Metrics};
+    let addr: SocketAddr = "127.0.0.1:0".parse().expect("addr");
+    let sim = SimServer::start(Profile::load("tiny").expect("tiny"), addr)
+        .await
+        .expect("sim");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let out = dir.path().join("run");
+    let mut opts = options(&sim.url(), &out);
+    opts.contexts = vec![256];
+    opts.concurrency = vec![1, 2];
+    opts.window = Duration::from_millis(1500);
+    opts.max_tokens = 16;
+    opts.scrape_interval = Duration::from_millis(200);
+    runner::record(&opts, |_| {}).await.expect("recorded");
+    // Lose the last cell, as a crash inside it would: planned again, its folder gone.
+    let mut m = Manifest::read(&out).expect("manifest");
+    let last = m.cells.last_mut().expect("cells");
+    last.status = CellStatus::Planned;
+    let lost = last.key();
+    std::fs::remove_dir_all(lost.dir(&out)).expect("remove the cell");
+    m.write(&out).expect("manifest");
+
+    let mut again = opts.clone();
+    again.resume = true;
+    again.scrape_interval = Duration::from_secs(5);
+    again.stall_timeout = Duration::from_secs(7);
+    let lines = std::sync::Mutex::new(Vec::new());
+    runner::record(&again, |p| {
+        if let runner::Progress::Line(l) = p
+            && let Ok(mut v) = lines.lock()
+        {
+            v.push(l);
+        }
+    })
+    .await
+    .expect("resumed");
+    sim.stop();
+    let lines = lines.into_inner().expect("lines");
+    for said in [
+        "--metrics-interval 5s: the run was recorded with 200ms, which it keeps",
+        "--stall-timeout 7s: the run was recorded with 30s, which it keeps",
+    ] {
+        assert!(lines.iter().any(|l| l == said), "{said}: {lines:#?}");
+    }
+    // The cell recorded again was scraped every 200 ms inside its window, not every 5 s.
+    let cell = lost.dir(&out);
+    let events = read_table::<Events>(&cell.join("events.parquet")).expect("events");
+    let at = |k: EventKind| events.iter().find(|e| e.kind == k).expect("event").time_ns;
+    let (open, close) = (at(EventKind::WindowOpen), at(EventKind::WindowClose));
+    let mut scrapes: Vec<i64> = read_table::<Metrics>(&cell.join("metrics.parquet"))
+        .expect("metrics")
+        .iter()
+        .filter(|r| r.name == "vllm:num_requests_running")
+        .map(|r| r.scrape_start_ns)
+        .filter(|t| (open..close).contains(t))
+        .collect();
+    scrapes.dedup();
+    assert!(
+        scrapes.len() >= 4,
+        "{} scrapes inside the window",
+        scrapes.len()
+    );
+    let m = Manifest::read(&out).expect("manifest");
+    assert_eq!(m.config.scrape_interval_ns, 200_000_000);
+    assert!(m.cells.iter().all(|c| c.status == CellStatus::Complete));
+}
