@@ -828,3 +828,79 @@ async fn a_resumed_run_keeps_the_settings_it_was_recorded_with() {
     assert_eq!(m.config.scrape_interval_ns, 200_000_000);
     assert!(m.cells.iter().all(|c| c.status == CellStatus::Complete));
 }
+
+/// `--max-concurrency` caps a rate cell's requests in flight: every request of an `inf`
+/// schedule is due at once, at most 2 run at a time, and the wait for a place shows as
+/// schedule lag (sent − scheduled), which the analyzer reports.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn max_concurrency_caps_a_rate_cell_and_the_wait_is_lag() {
+    let addr: SocketAddr = "127.0.0.1:0".parse().expect("addr");
+    let sim = SimServer::start(Profile::load("tiny").expect("tiny"), addr)
+        .await
+        .expect("sim");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let out = dir.path().join("run");
+    let mut opts = options(&sim.url(), &out);
+    opts.contexts = vec![256];
+    opts.max_tokens = 32;
+    opts.modes = vec![runner::Mode::Rate];
+    opts.rate = Some(tokentrace_schemas::manifest::RateConfig {
+        rates: vec![tokentrace_schemas::Rate::INF],
+        arrival: tokentrace_schemas::schedule::Arrival::Poisson,
+        seed: 0,
+        requests: Some(12),
+        duration_ns: None,
+        max_concurrency: Some(2),
+    });
+    runner::record(&opts, |_| {}).await.expect("recorded");
+    sim.stop();
+    let (_, cell) = list_cells(&out)
+        .expect("cells")
+        .into_iter()
+        .next()
+        .expect("cell");
+    let rows = read_table::<Requests>(&cell.join("requests.parquet")).expect("requests");
+    let measured: Vec<_> = rows
+        .iter()
+        .filter(|r| r.role == tokentrace_schemas::tables::Role::Measured)
+        .collect();
+    assert_eq!(measured.len(), 12);
+    // All due at once …
+    assert!(
+        measured
+            .iter()
+            .all(|r| r.scheduled_ns == measured[0].scheduled_ns)
+    );
+    // … at most 2 in flight at any moment (from a connection obtained to the end) …
+    let mut marks: Vec<(i64, i32)> = measured
+        .iter()
+        .flat_map(|r| {
+            [
+                (r.connection_ns.expect("connected"), 1),
+                (r.end_ns.expect("ended"), -1),
+            ]
+        })
+        .collect();
+    marks.sort_unstable_by_key(|&(t, d)| (t, d));
+    let (mut now, mut most) = (0, 0);
+    for (_, d) in marks {
+        now += d;
+        most = most.max(now);
+    }
+    assert_eq!(most, 2, "requests in flight at once");
+    // … and the later ones waited for a place: their lag is whole requests long.
+    let s = tokentrace_analyzer::score_dir(
+        &out,
+        &tokentrace_analyzer::RuleSet::builtin("default").expect("rules"),
+    )
+    .expect("scored");
+    let f = s.cells[0].figures.as_ref().expect("figures");
+    let (lag_max, e2e_median) = (
+        f.schedule_lag_ms.max.expect("lag"),
+        f.e2e_latency_ms.median.expect("e2e"),
+    );
+    assert!(
+        lag_max > 4.0 * e2e_median,
+        "lag max {lag_max} ms, E2E median {e2e_median} ms"
+    );
+}
