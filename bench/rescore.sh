@@ -4,7 +4,10 @@
 # `tokentrace rescore` (two rule sets) on it: wall time and peak RSS, three runs each.
 # Run from the repository root; builds the release binaries first.
 set -euo pipefail
-cargo build --release --quiet -p tokentrace -p tokentrace-testkit --example reference_matrix
+# The binary and the example apart: `--example` alone builds no binary, and a stale
+# `tokentrace` would be timed.
+cargo build --release --quiet -p tokentrace
+cargo build --release --quiet -p tokentrace-testkit --example reference_matrix
 bin=${CARGO_TARGET_DIR:-target}/release
 run=$(mktemp -d)/reference-matrix
 trap 'rm -rf "$(dirname "$run")"' EXIT

@@ -157,7 +157,12 @@ impl Cols<'_> {
         let phase = self.str("phase")?;
         let context = self.i64("context")?;
         let concurrency = self.i64("concurrency")?;
-        let rate = self.i64("rate")?;
+        // Runs without rate cells have no `rate` column (see `Run::scan`).
+        let rate = if self.df.column("rate").is_ok() {
+            self.i64("rate")?
+        } else {
+            vec![Some(0); self.df.height()]
+        };
         Ok(phase
             .into_iter()
             .zip(context)
@@ -172,9 +177,7 @@ impl Cols<'_> {
                 match u32::try_from(r?).ok()? {
                     0 => Some(key),
                     milli => Some(CellKey {
-                        rate: Some(tokentrace_schemas::Rate::from_milli(milli).or_else(|| {
-                            (milli == u32::MAX).then_some(tokentrace_schemas::Rate::INF)
-                        })?),
+                        rate: Some(tokentrace_schemas::Rate::from_milli(milli)?),
                         ..key
                     }),
                 }
@@ -248,15 +251,7 @@ fn load_gpu(run: &Run, out: &mut Loaded) -> Result<()> {
 
 fn load_events(run: &Run, events: LazyFrame, out: &mut Loaded) -> Result<()> {
     let df = events
-        .select([
-            col("phase"),
-            col("context"),
-            col("concurrency"),
-            col("rate"),
-            col("time_ns"),
-            col("kind"),
-            col("detail"),
-        ])
+        .select(keyed(run, [col("time_ns"), col("kind"), col("detail")]))
         .collect()
         .map_err(perr(run))?;
     let c = Cols { df: &df, run };
@@ -298,22 +293,21 @@ fn load_events(run: &Run, events: LazyFrame, out: &mut Loaded) -> Result<()> {
 
 fn load_requests(run: &Run, requests: LazyFrame, out: &mut Loaded) -> Result<()> {
     let df = requests
-        .select([
-            col("phase"),
-            col("context"),
-            col("concurrency"),
-            col("rate"),
-            col("request_id"),
-            col("role"),
-            col("end_reason"),
-            col("prompt_tokens_requested"),
-            col("prompt_tokens_server"),
-            col("cached_tokens_server"),
-            col("scheduled_ns"),
-            col("sent_ns"),
-            col("end_ns"),
-            col("error"),
-        ])
+        .select(keyed(
+            run,
+            [
+                col("request_id"),
+                col("role"),
+                col("end_reason"),
+                col("prompt_tokens_requested"),
+                col("prompt_tokens_server"),
+                col("cached_tokens_server"),
+                col("scheduled_ns"),
+                col("sent_ns"),
+                col("end_ns"),
+                col("error"),
+            ],
+        ))
         .collect()
         .map_err(perr(run))?;
     let c = Cols { df: &df, run };
@@ -378,19 +372,37 @@ fn windows(run: &Run, out: &Loaded) -> Result<DataFrame> {
                 .map(|k| i64::from(k.concurrency))
                 .collect::<Vec<_>>(),
         ),
-        Column::new(
-            "rate".into(),
-            map.keys()
-                .map(|k| k.rate.map_or(0, |r| i64::from(r.milli())))
-                .collect::<Vec<_>>(),
-        ),
         Column::new("open".into(), map.values().map(|w| w.0).collect::<Vec<_>>()),
         Column::new(
             "close".into(),
             map.values().map(|w| w.1).collect::<Vec<_>>(),
         ),
     ];
-    DataFrame::new(map.len(), cols.to_vec()).map_err(perr(run))
+    let mut cols = cols.to_vec();
+    if run.has_rate_cells() {
+        cols.push(Column::new(
+            "rate".into(),
+            map.keys()
+                .map(|k| k.rate.map_or(0, |r| i64::from(r.milli())))
+                .collect::<Vec<_>>(),
+        ));
+    }
+    DataFrame::new(map.len(), cols).map_err(perr(run))
+}
+
+/// The key columns (see [`key_columns`]), then `cols`.
+fn keyed(run: &Run, cols: impl IntoIterator<Item = Expr>) -> Vec<Expr> {
+    key_columns(run).into_iter().chain(cols).collect()
+}
+
+/// The columns that name a row's cell in a scan (`Run::scan`): `rate` only in runs
+/// with rate cells, so that a matrix run's joins keep their three keys.
+fn key_columns(run: &Run) -> Vec<Expr> {
+    let mut keys = vec![col("phase"), col("context"), col("concurrency")];
+    if run.has_rate_cells() {
+        keys.push(col("rate"));
+    }
+    keys
 }
 
 fn nonempty(name: &str) -> Expr {
@@ -442,34 +454,23 @@ fn usage_increases(c: &Cols) -> Result<(Vec<i64>, std::collections::HashSet<i64>
 fn load_chunks(run: &Run, chunks: LazyFrame, out: &mut Loaded) -> Result<()> {
     let windows = windows(run, out)?;
     let with_window = chunks
-        .select([
-            col("phase"),
-            col("context"),
-            col("concurrency"),
-            col("rate"),
-            col("request_id"),
-            col("seq"),
-            col("arrival_ns"),
-            col("queue_delay_ns"),
-            col("tokens").fill_null(lit(0)).cast(DataType::Int64),
-            col("completion_tokens").cast(DataType::Int64),
-            col("content"),
-            col("reasoning"),
-        ])
+        .select(keyed(
+            run,
+            [
+                col("request_id"),
+                col("seq"),
+                col("arrival_ns"),
+                col("queue_delay_ns"),
+                col("tokens").fill_null(lit(0)).cast(DataType::Int64),
+                col("completion_tokens").cast(DataType::Int64),
+                col("content"),
+                col("reasoning"),
+            ],
+        ))
         .join(
             windows.lazy(),
-            [
-                col("phase"),
-                col("context"),
-                col("concurrency"),
-                col("rate"),
-            ],
-            [
-                col("phase"),
-                col("context"),
-                col("concurrency"),
-                col("rate"),
-            ],
+            key_columns(run),
+            key_columns(run),
             JoinArgs::new(JoinType::Left),
         )
         .with_column(
@@ -666,17 +667,16 @@ fn load_metrics(run: &Run, metrics: LazyFrame, series: &[String], out: &mut Load
     };
     let df = metrics
         .filter(wanted)
-        .select([
-            col("phase"),
-            col("context"),
-            col("concurrency"),
-            col("rate"),
-            col("scrape_start_ns"),
-            col("scrape_end_ns"),
-            col("name"),
-            col("labels"),
-            col("value"),
-        ])
+        .select(keyed(
+            run,
+            [
+                col("scrape_start_ns"),
+                col("scrape_end_ns"),
+                col("name"),
+                col("labels"),
+                col("value"),
+            ],
+        ))
         .collect()
         .map_err(perr(run))?;
     let c = Cols { df: &df, run };

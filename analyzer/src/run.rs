@@ -88,6 +88,11 @@ impl Run {
         })
     }
 
+    /// Whether any complete cell is a rate cell (whose scans carry a `rate` key column).
+    pub fn has_rate_cells(&self) -> bool {
+        self.complete_cells().any(|(key, _)| key.rate.is_some())
+    }
+
     /// Cells that can be scored.
     pub fn complete_cells(&self) -> impl Iterator<Item = (&CellKey, &Path)> {
         self.cells.iter().filter_map(|c| match c {
@@ -97,11 +102,12 @@ impl Run {
     }
 
     /// A lazy scan of `table` over every complete cell, with the cell's key appended as
-    /// columns: `phase` (string), `context`, `concurrency` and `rate` (int64; a rate
-    /// cell's rate in thousandths of a request per second, 0 for other cells). The key
-    /// comes from each folder's parsed path, not from Hive parsing, because rate cells'
-    /// folders have `rate=` where the others have `concurrency=`. `None` when no cell is
-    /// complete.
+    /// columns: `phase` (string), `context`, `concurrency` and, in a run with rate cells
+    /// ([`Run::has_rate_cells`]), `rate` (int64; a rate cell's rate in thousandths of a
+    /// request per second, 0 for other cells). Cells of
+    /// the `concurrency=` layout are read in one scan with Hive partitioning; rate cells
+    /// (`rate=` as the last level, which one Hive scan cannot mix in) one scan each with
+    /// their key as literals. `None` when no cell is complete.
     pub fn scan(&self, table: &str) -> Result<Option<LazyFrame>> {
         if !TABLE_NAMES.contains(&table) {
             return Err(Error::UnknownTable(table.to_string()));
@@ -111,20 +117,55 @@ impl Run {
             path: cells_dir.clone(),
             source,
         };
-        let frames = self
+        let prefix = format!("{}/", cells_dir.display());
+        let (rated, others): (Vec<_>, Vec<_>) = self
             .complete_cells()
-            .map(|(key, dir)| {
-                let path = PlRefPath::new(format!("{}/{table}.parquet", dir.display()));
-                let args = ScanArgsParquet {
-                    hive_options: HiveOptions {
-                        enabled: Some(false),
-                        ..HiveOptions::default()
-                    },
-                    glob: false,
-                    ..Default::default()
-                };
-                let frame = LazyFrame::scan_parquet(path, args)?;
-                Ok(frame.with_columns([
+            .partition(|(key, _)| key.rate.is_some());
+        let file = |key: &CellKey| {
+            PlRefPath::new(format!(
+                "{prefix}{}/{table}.parquet",
+                key.partition_path().display()
+            ))
+        };
+        let mut frames = Vec::new();
+        if !others.is_empty() {
+            let hive_schema = Schema::from_iter([
+                Field::new("phase".into(), DataType::String),
+                Field::new("context".into(), DataType::Int64),
+                Field::new("concurrency".into(), DataType::Int64),
+            ]);
+            let args = ScanArgsParquet {
+                hive_options: HiveOptions {
+                    enabled: Some(true),
+                    hive_start_idx: prefix.len(),
+                    schema: Some(Arc::new(hive_schema)),
+                    try_parse_dates: false,
+                },
+                glob: false,
+                ..Default::default()
+            };
+            let paths: Vec<PlRefPath> = others.iter().map(|(key, _)| file(key)).collect();
+            let frame = LazyFrame::scan_parquet_files(paths.into(), args).map_err(perr)?;
+            // The `rate` key column only where a rate cell needs it: a run without one
+            // keeps its three-key scans and joins.
+            frames.push(if rated.is_empty() {
+                frame
+            } else {
+                frame.with_column(lit(0i64).cast(DataType::Int64).alias("rate"))
+            });
+        }
+        for (key, _) in rated {
+            let args = ScanArgsParquet {
+                hive_options: HiveOptions {
+                    enabled: Some(false),
+                    ..HiveOptions::default()
+                },
+                glob: false,
+                ..Default::default()
+            };
+            let frame = LazyFrame::scan_parquet(file(key), args).map_err(perr)?;
+            frames.push(
+                frame.with_columns([
                     lit(key.phase.as_str()).alias("phase"),
                     lit(i64::from(key.context))
                         .cast(DataType::Int64)
@@ -135,13 +176,23 @@ impl Run {
                     lit(key.rate.map_or(0, |r| i64::from(r.milli())))
                         .cast(DataType::Int64)
                         .alias("rate"),
-                ]))
-            })
-            .collect::<PolarsResult<Vec<LazyFrame>>>()
-            .map_err(perr)?;
-        if frames.is_empty() {
-            return Ok(None);
+                ]),
+            );
         }
+        if frames.len() < 2 {
+            return Ok(frames.pop());
+        }
+        // One column order for every frame of the union: the table's, then the key. (A
+        // run with rate cells was written with every column of the current format.)
+        let order: Vec<Expr> = table_columns(table)
+            .iter()
+            .map(|c| col(c.as_str()))
+            .chain(["phase", "context", "concurrency", "rate"].map(col))
+            .collect();
+        let frames: Vec<LazyFrame> = frames
+            .into_iter()
+            .map(|f| f.select(order.clone()))
+            .collect();
         concat(frames, UnionArgs::default()).map(Some).map_err(perr)
     }
 
@@ -154,6 +205,16 @@ impl Run {
             path: self.dir.join(CELLS_DIR),
             source,
         })
+    }
+}
+
+/// The columns of the table named `table` (one of [`TABLE_NAMES`]), in file order.
+fn table_columns(table: &str) -> Vec<String> {
+    match table {
+        "requests" => Requests::column_names(),
+        "chunks" => Chunks::column_names(),
+        "metrics" => Metrics::column_names(),
+        _ => Events::column_names(),
     }
 }
 

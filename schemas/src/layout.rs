@@ -59,9 +59,10 @@ impl Rate {
     /// Every request at once (`vllm bench serve --request-rate inf`).
     pub const INF: Rate = Rate(u32::MAX);
 
-    /// From thousandths of a request per second; `None` for zero or the value of INF.
+    /// From thousandths of a request per second (`u32::MAX`: INF, as [`Rate::milli`]
+    /// gives it); `None` for zero.
     pub fn from_milli(milli: u32) -> Option<Rate> {
-        (milli > 0 && milli < u32::MAX).then_some(Rate(milli))
+        (milli > 0).then_some(Rate(milli))
     }
 
     /// Thousandths of a request per second (`u32::MAX` for INF).
@@ -104,7 +105,8 @@ impl Rate {
         };
         let frac_milli: u64 = format!("{frac:0<3}").parse().ok()?;
         let milli = whole.checked_mul(1000)?.checked_add(frac_milli)?;
-        Rate::from_milli(u32::try_from(milli).ok()?)
+        // A finite rate never reads as INF.
+        Rate::from_milli(u32::try_from(milli).ok().filter(|&m| m < u32::MAX)?)
     }
 }
 
