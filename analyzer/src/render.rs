@@ -58,6 +58,10 @@ pub fn json(s: &Scoring) -> String {
 
 const DASH: &str = "—";
 
+fn dash() -> String {
+    DASH.to_string()
+}
+
 fn opt(v: Option<f64>, f: impl Fn(f64) -> String) -> String {
     v.map(f).unwrap_or_else(|| DASH.to_string())
 }
@@ -708,7 +712,7 @@ fn cell_name(c: &CellScore) -> String {
         (Phase::Rate, r) => format!(
             "Rate {} at {} req/s",
             context_label(c.context),
-            r.map_or_else(|| DASH.to_string(), |r| r.to_string())
+            r.map_or_else(dash, |r| r.to_string())
         ),
     }
 }
@@ -719,10 +723,7 @@ pub(crate) fn phase_label(c: &CellScore) -> String {
         (Phase::Prefill, _) => "Prefill".to_string(),
         (Phase::Decode, _) => "Sustained decode".to_string(),
         (Phase::Burst, _) => "Burst / E2E".to_string(),
-        (Phase::Rate, r) => format!(
-            "Rate {} req/s",
-            r.map_or_else(|| DASH.to_string(), |r| r.to_string())
-        ),
+        (Phase::Rate, r) => format!("Rate {} req/s", r.map_or_else(dash, |r| r.to_string())),
     }
 }
 
@@ -869,7 +870,7 @@ pub(crate) fn rate_curves(s: &Scoring) -> Vec<RateCurve> {
                 .iter()
                 .map(|c| {
                     let f = shown(c);
-                    let r = c.rate.map_or_else(|| DASH.to_string(), |r| r.to_string());
+                    let r = c.rate.map_or_else(dash, |r| r.to_string());
                     if let (Some(f), Some(rate)) = (f, c.rate) {
                         let x = if rate.is_inf() {
                             (finite_max * 2.0).max(1.0)
@@ -920,12 +921,12 @@ pub(crate) fn rate_curves(s: &Scoring) -> Vec<RateCurve> {
                         (Some(k), miss) => format!(
                             "{}: knee at {} req/s, the highest offered rate that meets the SLO ({slo}){}",
                             context_label(ctx),
-                            k.rate.map_or_else(|| DASH.to_string(), |r| r.to_string()),
+                            k.rate.map_or_else(dash, |r| r.to_string()),
                             miss.map_or_else(
                                 || "; every rate recorded meets it".to_string(),
                                 |m| format!(
                                     "; {} req/s misses it ({})",
-                                    m.rate.map_or_else(|| DASH.to_string(), |r| r.to_string()),
+                                    m.rate.map_or_else(dash, |r| r.to_string()),
                                     m.figures
                                         .as_ref()
                                         .map(|f| f.slo_misses.join(", "))
@@ -940,7 +941,7 @@ pub(crate) fn rate_curves(s: &Scoring) -> Vec<RateCurve> {
                             row_cells
                                 .first()
                                 .and_then(|c| c.rate)
-                                .map_or_else(|| DASH.to_string(), |r| r.to_string())
+                                .map_or_else(dash, |r| r.to_string())
                         ),
                     }
                 }
@@ -960,7 +961,7 @@ pub(crate) fn rate_curves(s: &Scoring) -> Vec<RateCurve> {
                 Some((a, c)) if saturated => format!(
                     "{knee}. Completed requests level off at {} req/s (at {} req/s offered): the server's capacity at this context",
                     fixed(a, 2),
-                    c.rate.map_or_else(|| DASH.to_string(), |r| r.to_string())
+                    c.rate.map_or_else(dash, |r| r.to_string())
                 ),
                 _ => knee,
             };

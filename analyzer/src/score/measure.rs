@@ -218,18 +218,27 @@ pub fn open(v: &DecodeView, rules: &RuleSet) -> Figures {
 }
 
 /// Whether a rate cell meets the rule set's SLO, and each limit it missed; `None` when
-/// the rule set has none.
-pub fn slo(v: &DecodeView, rules: &RuleSet, verdict: Verdict) -> (Option<bool>, Vec<String>) {
+/// the rule set has none. `figures` are the cell's, from [`open`].
+pub fn slo(
+    v: &DecodeView,
+    rules: &RuleSet,
+    figures: &Figures,
+    verdict: Verdict,
+) -> (Option<bool>, Vec<String>) {
     let slo = &rules.slo;
     let Some(p) = slo.percentile.filter(|_| slo.is_set()) else {
         return (None, Vec::new());
     };
-    // The figures again, with the SLO's percentile among those summarized.
-    let mut with_p = rules.clone();
-    if !with_p.stats.percentiles.contains(&p) {
+    // The cell's figures when they summarize the SLO's percentile; else again, with it.
+    let again;
+    let f = if rules.stats.percentiles.contains(&p) {
+        figures
+    } else {
+        let mut with_p = rules.clone();
         with_p.stats.percentiles.push(p);
-    }
-    let f = open(v, &with_p);
+        again = open(v, &with_p);
+        &again
+    };
     let mut misses = Vec::new();
     if verdict != Verdict::Valid {
         misses.push(format!("the cell is {}, not Valid", verdict.label()));

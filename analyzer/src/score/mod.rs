@@ -263,7 +263,7 @@ fn score_open(v: &DecodeView, rules: &RuleSet) -> CellScore {
     cell.verdict = Some(verdict);
     let mut figures = measure::open(v, rules);
     if v.key.phase == Phase::Rate {
-        (figures.slo_met, figures.slo_misses) = measure::slo(v, rules, verdict);
+        (figures.slo_met, figures.slo_misses) = measure::slo(v, rules, &figures, verdict);
     }
     cell.figures = Some(figures);
     cell
