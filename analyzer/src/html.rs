@@ -508,6 +508,17 @@ fn rate_chart(o: &mut String, c: &crate::render::RateCurve) {
             m + 70.0 + 80.0 * i as f64
         );
     }
+    // The knee: a dashed line at its rate.
+    for p in pts.iter().filter(|p| p.knee) {
+        let x = sx(p.x);
+        let _ = writeln!(
+            o,
+            "<line class=\"knee\" x1=\"{x:.1}\" y1=\"{m}\" x2=\"{x:.1}\" y2=\"{}\" stroke=\"#555\" stroke-dasharray=\"4 3\"/><text x=\"{:.1}\" y=\"{}\" font-size=\"10\">knee</text>",
+            h - m,
+            x + 3.0,
+            m + 10.0,
+        );
+    }
     for p in pts {
         let _ = writeln!(
             o,

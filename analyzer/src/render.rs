@@ -139,7 +139,7 @@ pub(crate) fn rate_intro(s: &Scoring) -> String {
     };
     let duration = r.duration_ns.map(|d| d as f64 / 1e9);
     format!(
-        "open-loop {} arrivals (seed {}{}), each cell {} · latency against offered load; the knee is the highest rate whose cell, and every lower one, meets the SLO{}",
+        "open-loop {} arrivals (seed {}{}), each cell {} · latency against offered load; the knee is the highest rate whose cell, and every lower one, meets the SLO{} within the server's capacity (where completed requests level off, a higher offered rate only grows a queue, and its latencies measure the cell's length)",
         r.arrival.as_str(),
         r.seed,
         r.max_concurrency
@@ -834,6 +834,8 @@ pub(crate) struct RatePoint {
     pub e2e_p50: Option<f64>,
     pub e2e_p99: Option<f64>,
     pub ttft_p99: Option<f64>,
+    /// This rate is the context's knee.
+    pub knee: bool,
 }
 
 /// The Request rate section, per context: offered and achieved rate, the SLO, TTFT,
@@ -865,6 +867,35 @@ pub(crate) fn rate_curves(s: &Scoring) -> Vec<RateCurve> {
             ]
             .map(str::to_string)
             .to_vec();
+            // Saturation: the highest completed rate, when a cell offered well above it
+            // (an `inf` cell always does). An offered rate above that capacity cannot be
+            // served in a steady state: its queue grows with every request, so its
+            // latencies say how long the cell was, and it is never the knee.
+            let achieved = |c: &&CellScore| shown(c).and_then(|f| f.request_rate);
+            let saturated = row_cells.iter().any(|c| {
+                c.rate.zip(achieved(c)).is_some_and(|(r, a)| {
+                    r.is_inf() || a < SATURATED_SHARE * r.per_second()
+                })
+            });
+            let capacity = row_cells
+                .iter()
+                .filter_map(|c| achieved(c).map(|a| (a, *c)))
+                .max_by(|a, b| a.0.total_cmp(&b.0))
+                .filter(|_| saturated);
+            let above = |c: &CellScore| {
+                capacity.is_some_and(|(a, _)| {
+                    c.rate.is_some_and(|r| r.is_inf() || r.per_second() > a)
+                })
+            };
+            let met = |c: &CellScore| c.figures.as_ref().and_then(|f| f.slo_met) == Some(true);
+            // The knee: the highest rate met within the capacity, every lower rate too.
+            let knee_cells: Vec<&CellScore> = row_cells
+                .iter()
+                .copied()
+                .take_while(|c| met(c) && !above(c))
+                .collect();
+            let first_miss = row_cells.iter().copied().find(|c| !met(c) || above(c));
+            let knee_rate = knee_cells.last().and_then(|k| k.rate);
             let mut points = Vec::new();
             let rows = row_cells
                 .iter()
@@ -883,9 +914,11 @@ pub(crate) fn rate_curves(s: &Scoring) -> Vec<RateCurve> {
                             e2e_p50: f.e2e_latency_ms.median,
                             e2e_p99: f.e2e_latency_ms.percentiles.get("p99").copied(),
                             ttft_p99: f.ttft_ms.percentiles.get("p99").copied(),
+                            knee: slo.is_some() && knee_rate == Some(rate),
                         });
                     }
                     let slo_text = match c.figures.as_ref().and_then(|f| f.slo_met) {
+                        Some(true) if above(c) => "met, above capacity".to_string(),
                         Some(true) => "met".to_string(),
                         Some(false) => "missed".to_string(),
                         None => DASH.to_string(),
@@ -912,58 +945,51 @@ pub(crate) fn rate_curves(s: &Scoring) -> Vec<RateCurve> {
                     s.rules.id()
                 ),
                 Some(slo) => {
-                    let met = |c: &&&CellScore| c.figures.as_ref().and_then(|f| f.slo_met) == Some(true);
-                    // The knee: the highest rate met with every lower rate met too.
-                    let below_first_miss: Vec<&&CellScore> =
-                        row_cells.iter().take_while(met).collect();
-                    let first_miss = row_cells.iter().find(|c| !met(c));
-                    match (below_first_miss.last(), first_miss) {
+                    let why = |m: &CellScore| {
+                        let r = m.rate.map_or_else(dash, |r| r.to_string());
+                        if !met(m) {
+                            format!(
+                                "{r} req/s misses it ({})",
+                                m.figures
+                                    .as_ref()
+                                    .map(|f| f.slo_misses.join(", "))
+                                    .filter(|t| !t.is_empty())
+                                    .unwrap_or_else(|| m.status_label())
+                            )
+                        } else {
+                            format!(
+                                "{r} req/s is above the server's capacity: it meets the SLO over its {} requests, but its queue grows with every one",
+                                m.figures
+                                    .as_ref()
+                                    .map_or(0, |f| f.completed_requests)
+                            )
+                        }
+                    };
+                    match (knee_cells.last(), first_miss) {
                         (Some(k), miss) => format!(
-                            "{}: knee at {} req/s, the highest offered rate that meets the SLO ({slo}){}",
+                            "{}: knee at {} req/s, the highest offered rate that meets the SLO ({slo}) within the server's capacity{}",
                             context_label(ctx),
                             k.rate.map_or_else(dash, |r| r.to_string()),
                             miss.map_or_else(
                                 || "; every rate recorded meets it".to_string(),
-                                |m| format!(
-                                    "; {} req/s misses it ({})",
-                                    m.rate.map_or_else(dash, |r| r.to_string()),
-                                    m.figures
-                                        .as_ref()
-                                        .map(|f| f.slo_misses.join(", "))
-                                        .filter(|t| !t.is_empty())
-                                        .unwrap_or_else(|| m.status_label())
-                                )
+                                |m| format!("; {}", why(m))
                             )
                         ),
-                        (None, _) => format!(
-                            "{}: no rate recorded meets the SLO ({slo}); the lowest was {} req/s",
+                        (None, miss) => format!(
+                            "{}: no rate recorded meets the SLO ({slo}) within the server's capacity; {}",
                             context_label(ctx),
-                            row_cells
-                                .first()
-                                .and_then(|c| c.rate)
-                                .map_or_else(dash, |r| r.to_string())
+                            miss.map_or_else(dash, why)
                         ),
                     }
                 }
             };
-            // Saturation: the highest completed rate, when a cell offered well above it.
-            let achieved = |c: &&CellScore| shown(c).and_then(|f| f.request_rate);
-            let top = row_cells
-                .iter()
-                .filter_map(|c| achieved(c).map(|a| (a, *c)))
-                .max_by(|a, b| a.0.total_cmp(&b.0));
-            let saturated = row_cells.iter().any(|c| {
-                c.rate.zip(achieved(c)).is_some_and(|(r, a)| {
-                    r.is_inf() || a < SATURATED_SHARE * r.per_second()
-                })
-            });
-            let knee = match top {
-                Some((a, c)) if saturated => format!(
+            let knee = match capacity {
+                Some((a, c)) => format!(
                     "{knee}. Completed requests level off at {} req/s (at {} req/s offered): the server's capacity at this context",
                     fixed(a, 2),
                     c.rate.map_or_else(dash, |r| r.to_string())
                 ),
-                _ => knee,
+                None => knee,
             };
             RateCurve {
                 context: ctx,

@@ -304,7 +304,7 @@ pub struct TokenRules {
 }
 
 /// The service-level objective rate cells are judged against (the highest rate that
-/// meets it is the report's knee): every limit given must hold at `percentile`, and the
+/// meets it within the server's capacity is the report's knee): every limit given must hold at `percentile`, and the
 /// cell must be Valid. Rule sets without an `[slo]` table (before default 1.3.0) judge
 /// nothing.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]

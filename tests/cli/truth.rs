@@ -532,6 +532,7 @@ async fn burst_and_rate_cells_agree_with_the_simulators_ground_truth() {
         "<h2>Burst / E2E</h2>",
         "<h2>Request rate</h2>",
         "<svg class=\"rate-curve\"",
+        "<line class=\"knee\"",
         "512: knee at 1 req/s",
     ] {
         assert!(html.contains(part), "{part}");
