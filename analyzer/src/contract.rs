@@ -240,9 +240,22 @@ pub enum Warning {
         /// Whether the TTFT figures leave them out.
         excluded_from_ttft: bool,
     },
+    /// Burst and rate cells, whose TTFT and E2E latency are meant to hold a cold
+    /// prefill: requests with at least `min_fraction` of their prompt served from the
+    /// prefix cache (a trace recorded with one prompt per context, or a server caching
+    /// across requests), so their latency is a warm prefix's.
+    WarmPrefill {
+        requests: Vec<ColdRequest>,
+        /// Warm requests beyond those listed.
+        more: usize,
+        /// Requests the figures are taken over.
+        of: usize,
+        min_fraction: f64,
+    },
 }
 
-/// A request that prefilled cold inside a decode cell.
+/// A request and how much of its prompt the server served from cache: one that
+/// prefilled cold inside a decode cell, or one served warm inside a burst or rate cell.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ColdRequest {

@@ -9,7 +9,9 @@ use std::fmt::Write as _;
 use tokentrace_schemas::column::StrEnum;
 use tokentrace_schemas::layout::Phase;
 
-use crate::contract::{CellScore, Evidence, Figures, LoopEvidence, Scoring, Verdict, Warning};
+use crate::contract::{
+    CellScore, ColdRequest, Evidence, Figures, LoopEvidence, Scoring, Verdict, Warning,
+};
 use crate::figures::{Column, FIGURES, Figure};
 use crate::numbers::{context_label, fixed, ms_whole, rate, thousands};
 use crate::rules::TokenCount;
@@ -1001,6 +1003,34 @@ pub(crate) fn rate_curves(s: &Scoring) -> Vec<RateCurve> {
         .collect()
 }
 
+/// The requests of a cache warning: each with its cached share and TTFT (and its role,
+/// when `roles`), then how many more.
+fn cache_list(requests: &[ColdRequest], more: usize, roles: bool) -> String {
+    let listed: Vec<String> = requests
+        .iter()
+        .map(|r| {
+            format!(
+                "{}request {} ({} of {} cached, TTFT {})",
+                if roles {
+                    format!("{} ", r.role)
+                } else {
+                    String::new()
+                },
+                r.request_id,
+                thousands(r.cached_tokens),
+                thousands(r.prompt_tokens),
+                opt(r.ttft_ms, ms_whole)
+            )
+        })
+        .collect();
+    let more = if more > 0 {
+        format!(" and {more} more")
+    } else {
+        String::new()
+    };
+    format!("{}{more}", listed.join(", "))
+}
+
 fn g(v: f64) -> String {
     fixed(v, if v.fract() == 0.0 { 0 } else { 2 })
 }
@@ -1206,34 +1236,29 @@ pub(crate) fn cell_notes(c: &CellScore) -> Vec<String> {
                 min_fraction,
                 excluded_from_ttft,
             } => {
-                let listed: Vec<String> = requests
-                    .iter()
-                    .map(|r| {
-                        format!(
-                            "{} request {} ({} of {} cached, TTFT {})",
-                            r.role,
-                            r.request_id,
-                            thousands(r.cached_tokens),
-                            thousands(r.prompt_tokens),
-                            opt(r.ttft_ms, ms_whole)
-                        )
-                    })
-                    .collect();
                 format!(
-                    "warning: {} requests prefilled cold (less than {}% of the prompt cached), so their TTFT holds a prefill: {}{}; {}",
+                    "warning: {} requests prefilled cold (less than {}% of the prompt cached), so their TTFT holds a prefill: {}; {}",
                     requests.len() + more,
                     g(min_fraction * 100.0),
-                    listed.join(", "),
-                    if *more > 0 {
-                        format!(" and {more} more")
-                    } else {
-                        String::new()
-                    },
+                    cache_list(requests, *more, true),
                     if *excluded_from_ttft {
                         "left out of the TTFT figures"
                     } else {
                         "included in the TTFT figures"
                     }
+                )
+            }
+            Warning::WarmPrefill {
+                requests,
+                more,
+                of,
+                min_fraction,
+            } => {
+                format!(
+                    "warning: {} of {of} requests had {}% or more of the prompt served from the prefix cache, so their TTFT and E2E latency are a warm prefix's, not a cold prefill's (a run recorded with one prompt per context, or a server that caches across requests): {}",
+                    requests.len() + more,
+                    g(min_fraction * 100.0),
+                    cache_list(requests, *more, false)
                 )
             }
         };

@@ -71,6 +71,7 @@ async fn one(rate: Rate, requests: u32, arrival: Arrival) -> Result<String, Stri
         window: Duration::ZERO,
         first_request_id: 1,
         preamble: Vec::new(),
+        variants: None,
         requests: 0,
         rate: Some(RateConfig {
             rates: vec![rate],

@@ -19,7 +19,7 @@ use tokentrace_schemas::writer::CellWriter;
 use tokentrace_schemas::{CellKey, Phase};
 use tokio::sync::{Notify, oneshot, watch};
 
-use crate::client::{self, Lane, Record, RequestSpec, RunCtl, TokenCounting};
+use crate::client::{self, Body, Lane, Record, RequestSpec, RunCtl, TokenCounting};
 use crate::http::Transport;
 use crate::pace::{AfterRefusal, GaveUp, Pacer};
 use crate::{queue, scrape};
@@ -95,7 +95,8 @@ pub struct Writers {
 #[derive(Debug, Clone)]
 pub struct CellPlan {
     pub key: CellKey,
-    /// The request body (identical prompts within a context).
+    /// The request body (identical prompts within a context; burst and rate cells' measured
+    /// requests send `variants` of it instead).
     pub body: bytes::Bytes,
     /// The body of the prefill scout (same prompt, few tokens).
     pub scout_body: bytes::Bytes,
@@ -114,6 +115,9 @@ pub struct CellPlan {
     pub requests: u32,
     /// The schedule's settings, for a rate cell.
     pub rate: Option<tokentrace_schemas::manifest::RateConfig>,
+    /// Each measured request's own prompt (burst and rate cells); `None`: all share
+    /// `body`.
+    pub variants: Option<Arc<crate::prompt::Variants>>,
     /// Records to write into the cell before its own (the run's probe request).
     pub preamble: Vec<Record>,
 }
@@ -152,11 +156,22 @@ impl Cell {
             slot,
             role,
             endpoint: self.ctx.endpoint,
-            body: body.clone(),
+            body: Body::Shared(body.clone()),
             prompt_tokens_requested: self.plan.prompt_tokens,
             max_tokens: Some(max_tokens),
             scheduled_ns: None,
         }
+    }
+
+    /// A measured request of a burst or rate cell: its own variant of the prompt when
+    /// the cell has them (keyed by its request id, unique in the run), so its prefill
+    /// is cold like every other's.
+    fn measured(&self, slot: Option<i32>) -> RequestSpec {
+        let mut spec = self.spec(slot, Role::Measured, &self.plan.body, self.plan.max_tokens);
+        if let Some(v) = &self.plan.variants {
+            spec.body = Body::Variant(v.clone(), spec.request_id.unsigned_abs());
+        }
+        spec
     }
 
     /// Runs `spec` on `lane` to its end under the run's token counting and stall
@@ -865,12 +880,7 @@ pub async fn record_burst(
                     if !cell.paced(&mut stop).await {
                         break 'tickets;
                     }
-                    let spec = cell.spec(
-                        Some(slot),
-                        Role::Measured,
-                        &cell.plan.body,
-                        cell.plan.max_tokens,
-                    );
+                    let spec = cell.measured(Some(slot));
                     let ran = cell.run(&mut lane, &spec, cancel.clone(), None).await;
                     if !cell.account(&ran) {
                         break 'tickets;
@@ -969,8 +979,7 @@ pub async fn record_rate(ctx: &RunCtx, plan: &CellPlan, run: &Path) -> Result<Re
                 let Some(permit) = permit else {
                     break;
                 };
-                let mut spec =
-                    cell.spec(None, Role::Measured, &cell.plan.body, cell.plan.max_tokens);
+                let mut spec = cell.measured(None);
                 spec.scheduled_ns = Some(zero_ns + offset_ns);
                 let lane = idle.lock().ok().and_then(|mut v| v.pop());
                 let (cell, idle, cancel) = (cell.clone(), idle.clone(), cancel.clone());

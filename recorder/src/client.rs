@@ -43,6 +43,32 @@ pub enum Record {
     Commit,
 }
 
+/// A request's JSON body: the one its cell shares, or its own variant of the cell's
+/// prompt (burst and rate cells: [`crate::prompt::Variants`]).
+#[derive(Debug, Clone)]
+pub enum Body {
+    Shared(bytes::Bytes),
+    Variant(Arc<crate::prompt::Variants>, u64),
+}
+
+impl From<bytes::Bytes> for Body {
+    fn from(b: bytes::Bytes) -> Self {
+        Self::Shared(b)
+    }
+}
+
+impl From<String> for Body {
+    fn from(s: String) -> Self {
+        Self::Shared(s.into())
+    }
+}
+
+impl From<&'static str> for Body {
+    fn from(s: &'static str) -> Self {
+        Self::Shared(s.into())
+    }
+}
+
 /// One request to send.
 #[derive(Debug, Clone)]
 pub struct RequestSpec {
@@ -51,7 +77,7 @@ pub struct RequestSpec {
     pub role: Role,
     pub endpoint: Endpoint,
     /// JSON body.
-    pub body: bytes::Bytes,
+    pub body: Body,
     pub prompt_tokens_requested: i32,
     pub max_tokens: Option<i32>,
     /// When the request was due (a rate cell's schedule); `None`: when it is run.

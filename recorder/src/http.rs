@@ -100,12 +100,21 @@ impl Transport {
         })
     }
 
-    /// The bytes of one request with `body`.
-    pub fn request_bytes(&self, body: &[u8]) -> Vec<u8> {
-        let mut out = Vec::with_capacity(self.head.len() + 40 + body.len());
+    /// The bytes of one request with `body` (a variant is written straight into them:
+    /// no body of its own outlives the write).
+    pub fn request_bytes(&self, body: &crate::client::Body) -> Vec<u8> {
+        use crate::client::Body;
+        let len = match body {
+            Body::Shared(b) => b.len(),
+            Body::Variant(v, key) => v.len(*key),
+        };
+        let mut out = Vec::with_capacity(self.head.len() + 40 + len);
         out.extend_from_slice(&self.head);
-        out.extend_from_slice(format!("content-length: {}\r\n\r\n", body.len()).as_bytes());
-        out.extend_from_slice(body);
+        out.extend_from_slice(format!("content-length: {len}\r\n\r\n").as_bytes());
+        match body {
+            Body::Shared(b) => out.extend_from_slice(b),
+            Body::Variant(v, key) => v.write(*key, &mut out),
+        }
         out
     }
 

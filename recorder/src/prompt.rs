@@ -1,7 +1,7 @@
 //! Prompts of an exact token count, identical within a context and distinct across
 //! contexts and runs (a per-run nonce starts each one): counted by the server's own `/tokenize` (vLLM/SGLang or llama.cpp shape).
 //! Completions get the token ids themselves; chat gets text whose message count was
-//! searched to the exact length.
+//! searched to the exact length. Burst and rate cells send each request its own variant.
 
 use serde_json::{Value, json};
 use tokentrace_schemas::tables::Endpoint;
@@ -207,5 +207,218 @@ pub async fn build(
                 })?,
             })
         }
+    }
+}
+
+/// Token ids a completions variant replaces, from the second on (the first may be a
+/// BOS the server expects).
+pub const VARIED_IDS: usize = 8;
+/// Distinct filler words a chat variant permutes (16! orders).
+pub const VARIED_WORDS: usize = 16;
+/// Stands for the varied part while the body is serialized.
+const MARK: &str = "@@tokentrace-variant@@";
+
+/// One prompt's request body in many variants, each request its own: the prompt's start
+/// differs, its token count does not, so no request's prefill is served from another's
+/// prefix cache (as with the random prompts of `vllm bench serve`). Completions replace
+/// ids 2 to 9 by other ids of the same prompt; chat permutes the first
+/// [`VARIED_WORDS`] distinct words of its filler (each word its own tokens, so the count
+/// holds). A variant is spliced between two halves serialized once.
+#[derive(Debug)]
+pub struct Variants {
+    left: Vec<u8>,
+    right: Vec<u8>,
+    vary: Vary,
+}
+
+#[derive(Debug)]
+enum Vary {
+    /// The distinct ids of the prompt, the digits of a variant.
+    Ids(Vec<u64>),
+    /// The words of the varied span (each written after a space), and which of them
+    /// (their first occurrences) are permuted.
+    Words {
+        words: Vec<&'static str>,
+        moved: Vec<usize>,
+    },
+}
+
+impl Variants {
+    /// Variants of `body` (a [`crate::probe::stream_body`]); `None` when its prompt is
+    /// too short to vary.
+    pub fn new(body: &Value, endpoint: Endpoint) -> Option<Self> {
+        let mut marked = body.clone();
+        let (vary, before, after) = match endpoint {
+            Endpoint::Completions => {
+                let ids: Vec<u64> = body["prompt"]
+                    .as_array()?
+                    .iter()
+                    .map(Value::as_u64)
+                    .collect::<Option<_>>()?;
+                if ids.len() < VARIED_IDS + 2 {
+                    return None;
+                }
+                let mut distinct = ids.clone();
+                distinct.sort_unstable();
+                distinct.dedup();
+                if distinct.len() < 2 {
+                    return None;
+                }
+                marked["prompt"] = Value::String(MARK.to_string());
+                let join = |v: &[u64]| v.iter().map(u64::to_string).collect::<Vec<_>>().join(",");
+                (
+                    Vary::Ids(distinct),
+                    format!("[{},", ids[0]),
+                    format!(",{}]", join(&ids[VARIED_IDS + 1..])),
+                )
+            }
+            Endpoint::Chat => {
+                let text = body["messages"][0]["content"].as_str()?;
+                // The filler's header ends at its first ':'; words follow, one space each.
+                let head = text.find(':')? + 1;
+                let mut words = Vec::new();
+                let mut moved = Vec::new();
+                let mut seen = std::collections::BTreeSet::new();
+                let mut end = head;
+                for w in text[head..].split(' ').skip(1) {
+                    let Some(known) = WORDS.iter().find(|k| **k == w) else {
+                        break;
+                    };
+                    if seen.insert(*known) {
+                        moved.push(words.len());
+                    }
+                    words.push(*known);
+                    end += 1 + w.len();
+                    if moved.len() == VARIED_WORDS {
+                        break;
+                    }
+                }
+                if moved.len() < 2 {
+                    return None;
+                }
+                marked["messages"][0]["content"] =
+                    Value::String(format!("{}{MARK}{}", &text[..head], &text[end..]));
+                (Vary::Words { words, moved }, String::new(), String::new())
+            }
+        };
+        let serialized = marked.to_string();
+        let quoted = format!("\"{MARK}\"");
+        let (l, r) = match endpoint {
+            Endpoint::Completions => serialized.split_once(&quoted)?,
+            Endpoint::Chat => serialized.split_once(MARK)?,
+        };
+        Some(Self {
+            left: [l.as_bytes(), before.as_bytes()].concat(),
+            right: [after.as_bytes(), r.as_bytes()].concat(),
+            vary,
+        })
+    }
+
+    /// The varied part of variant `key` (any number; variants of different keys differ
+    /// but for a chance of one in 24^8 or 16!).
+    fn part(&self, key: u64) -> String {
+        let mut h = tokentrace_schemas::rng::mix(key.wrapping_add(0x9E37_79B9_7F4A_7C15));
+        match &self.vary {
+            Vary::Ids(ids) => {
+                let base = ids.len() as u64;
+                let mut out = Vec::with_capacity(VARIED_IDS);
+                for _ in 0..VARIED_IDS {
+                    out.push(ids[(h % base) as usize].to_string());
+                    h /= base;
+                }
+                out.join(",")
+            }
+            Vary::Words { words, moved } => {
+                // The h-th order of the moved words (factorial number system).
+                let mut pool: Vec<&str> = moved.iter().map(|&i| words[i]).collect();
+                let mut placed = words.clone();
+                for &slot in moved {
+                    let pick = (h % pool.len() as u64) as usize;
+                    h /= pool.len() as u64;
+                    placed[slot] = pool.remove(pick);
+                }
+                placed.iter().map(|w| format!(" {w}")).collect()
+            }
+        }
+    }
+
+    /// Bytes of the body of variant `key`.
+    pub fn len(&self, key: u64) -> usize {
+        self.left.len() + self.part(key).len() + self.right.len()
+    }
+
+    /// Appends the body of variant `key` to `out`.
+    pub fn write(&self, key: u64, out: &mut Vec<u8>) {
+        out.extend_from_slice(&self.left);
+        out.extend_from_slice(self.part(key).as_bytes());
+        out.extend_from_slice(&self.right);
+    }
+
+    /// The body of variant `key`.
+    pub fn body(&self, key: u64) -> Vec<u8> {
+        let mut out = Vec::with_capacity(self.len(key));
+        self.write(key, &mut out);
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::probe::stream_body;
+
+    #[test]
+    fn completion_variants_differ_at_the_start_and_keep_every_other_id() {
+        let ids: Vec<u64> = (0..40).map(|i| 100 + i % 7).collect();
+        let body = stream_body("m", Endpoint::Completions, &json!(ids), 32);
+        let v = Variants::new(&body, Endpoint::Completions).expect("variants");
+        let mut seen = std::collections::BTreeSet::new();
+        for key in 0..200u64 {
+            let b: Value = serde_json::from_slice(&v.body(key)).expect("json");
+            let got: Vec<u64> = b["prompt"]
+                .as_array()
+                .expect("ids")
+                .iter()
+                .map(|x| x.as_u64().expect("id"))
+                .collect();
+            assert_eq!(got.len(), ids.len());
+            assert_eq!(got[0], ids[0]);
+            assert_eq!(got[VARIED_IDS + 1..], ids[VARIED_IDS + 1..]);
+            assert!(got.iter().all(|i| ids.contains(i)));
+            assert_eq!(b["max_tokens"], 32);
+            assert_eq!(v.len(key), v.body(key).len());
+            seen.insert(got);
+        }
+        assert_eq!(seen.len(), 200, "every key its own prompt");
+        // Too short to vary: the shared body is used.
+        let short = stream_body("m", Endpoint::Completions, &json!([1, 2, 3]), 4);
+        assert!(Variants::new(&short, Endpoint::Completions).is_none());
+    }
+
+    #[test]
+    fn chat_variants_permute_words_and_keep_the_rest() {
+        let text = format!("{}.", filler(300, 7, "abcd1234"));
+        let body = stream_body("m", Endpoint::Chat, &Value::String(text.clone()), 8);
+        let v = Variants::new(&body, Endpoint::Chat).expect("variants");
+        let sorted = |t: &str| {
+            let mut w: Vec<String> = t.split(' ').map(str::to_string).collect();
+            w.sort();
+            w
+        };
+        let mut seen = std::collections::BTreeSet::new();
+        for key in 0..200u64 {
+            let b: Value = serde_json::from_slice(&v.body(key)).expect("json");
+            let got = b["messages"][0]["content"]
+                .as_str()
+                .expect("text")
+                .to_string();
+            assert_eq!(got.len(), text.len());
+            assert_eq!(sorted(&got), sorted(&text), "the same words, reordered");
+            assert!(got.starts_with("Run abcd1234. Context 7:"), "{got}");
+            assert!(got.ends_with(&text[text.len() - 200..]));
+            assert_ne!(got, text);
+            seen.insert(got);
+        }
+        assert_eq!(seen.len(), 200, "every key its own prompt");
     }
 }

@@ -655,6 +655,21 @@ pub async fn record(
                 .to_string()
                 .into()
         };
+        // Burst and rate cells give each measured request a prompt of its own, so that
+        // their TTFT and E2E latency include a cold prefill, as in `vllm bench serve`;
+        // matrix cells share one prompt (primed, as the reference tool measures decode).
+        let variants = matches!(key.phase, Phase::Burst | Phase::Rate)
+            .then(|| {
+                let full = stream_body(
+                    &manifest.model,
+                    manifest.config.endpoint,
+                    &prompt,
+                    manifest.config.max_tokens,
+                );
+                prompt::Variants::new(&full, manifest.config.endpoint)
+            })
+            .flatten()
+            .map(Arc::new);
         let plan = CellPlan {
             key,
             body: body(manifest.config.max_tokens),
@@ -671,6 +686,7 @@ pub async fn record(
                 .as_ref()
                 .map_or(DEFAULT_BURST_REQUESTS, |b| b.requests),
             rate: manifest.config.rate.clone(),
+            variants,
             preamble: probe_records
                 .take()
                 .unwrap_or_default()

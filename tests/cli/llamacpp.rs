@@ -402,6 +402,12 @@ async fn a_real_llama_cpp_server_is_recorded_and_analyzed() {
         for r in &measured {
             assert_eq!(r.end_reason, EndReason::FinishedLength, "{key}: {r:?}");
             assert!(r.sent_ns.expect("sent") >= r.scheduled_ns, "{key}: {r:?}");
+            // Each its own prompt: llama.cpp's slot cache held almost none of it (with
+            // one shared prompt it held all but the last token).
+            let cached = r
+                .cached_tokens_server
+                .expect("llama.cpp says its cached tokens");
+            assert!(cached * 10 < 256, "{key}: {cached} cached: {r:?}");
         }
         if key.phase == tokentrace_schemas::Phase::Rate {
             let mut due: Vec<i64> = measured.iter().map(|r| r.scheduled_ns).collect();

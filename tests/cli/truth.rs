@@ -358,6 +358,25 @@ async fn burst_and_rate_cells_agree_with_the_simulators_ground_truth() {
             median(e2e),
         );
         assert_eq!(f.completed_requests, measured.len() as i64);
+        // Each measured request sent a prompt of its own: the simulator's prefix cache
+        // served none of it (a shared block would be 16 tokens or more), so its TTFT
+        // holds a cold prefill and no warm-prefix warning is given.
+        for r in &measured {
+            let cached = r.cached_tokens_server.expect("cached tokens");
+            assert!(
+                cached < 16,
+                "{key}: request {} had {cached} cached",
+                r.request_id
+            );
+        }
+        assert!(
+            !cell.warnings.iter().any(|w| matches!(
+                w,
+                tokentrace_analyzer::contract::Warning::WarmPrefill { .. }
+            )),
+            "{key}: {:?}",
+            cell.warnings
+        );
         match key.phase {
             Phase::Burst => {
                 assert_eq!(measured.len(), 6, "{key}");

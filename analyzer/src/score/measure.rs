@@ -2,6 +2,7 @@
 //! between tokens, rate, end-to-end latency), inter-chunk gaps and active requests for
 //! decode; the scout's TTFT and prompt rate for prefill.
 
+use tokentrace_schemas::Phase;
 use tokentrace_schemas::tables::EndReason;
 
 use super::view::{DecodeView, PrefillView, Stream};
@@ -141,11 +142,15 @@ pub fn decode(v: &DecodeView, rules: &RuleSet) -> Figures {
     };
     let (mut ttft, mut tbt, mut rate, mut e2e) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     let mut count = 0;
+    // Burst and rate cells measure the wait a user sees, a cold prefill included; a
+    // decode cell's TTFT may leave cold requests out (the rule's choice).
+    let open_cell = matches!(v.key.phase, Phase::Burst | Phase::Rate);
     for s in scored(v, rules) {
         let (r, a) = (s.info, &s.tokens);
         count += 1;
-        let warm = !(rules.cache.ttft_excludes_cold && is_cold(r, rules));
-        if let (Some(first), Some(sent), true) = (first_token(a, rules.ttft.first), r.sent_ns, warm)
+        let counted = open_cell || !(rules.cache.ttft_excludes_cold && is_cold(r, rules));
+        if let (Some(first), Some(sent), true) =
+            (first_token(a, rules.ttft.first), r.sent_ns, counted)
         {
             ttft.push(ms(first - sent));
         }

@@ -1,6 +1,7 @@
 //! The warning rules, one function each, from a decode cell's view and the rule set to
 //! what a reader should know that is not a verdict: suspected loops, missing server
-//! gauges, the recorder's own lag, and a drain that timed out.
+//! gauges, the recorder's own lag, a drain that timed out, and prefills that were not
+//! what the cell measures (cold in a decode cell, warm in a burst or rate cell).
 
 use tokentrace_schemas::column::StrEnum;
 use tokentrace_schemas::protocol::Drain;
@@ -10,6 +11,7 @@ use super::measure::{first_token, is_cold, ms, prompt_tokens, scored};
 use super::verdicts::suspect_in;
 use super::view::DecodeView;
 use crate::contract::{ColdRequest, Warning};
+use crate::load::RequestInfo;
 use crate::rules::RuleSet;
 use crate::stats;
 
@@ -17,7 +19,7 @@ use crate::stats;
 pub type DecodeWarning = fn(&DecodeView, &RuleSet) -> Vec<Warning>;
 
 /// The warning rules of burst and rate cells, in the order their warnings are listed.
-pub const OPEN: [DecodeWarning; 4] = [suspected_loops, client_lag, drain_incomplete, cold_prefill];
+pub const OPEN: [DecodeWarning; 4] = [suspected_loops, client_lag, drain_incomplete, warm_prefill];
 
 /// Every decode warning rule, in the order their warnings are listed.
 pub const DECODE: [DecodeWarning; 5] = [
@@ -31,15 +33,15 @@ pub const DECODE: [DecodeWarning; 5] = [
 /// Cold requests listed in a `cold_prefill` warning; the rest are counted.
 const COLD_LISTED: usize = 10;
 
-/// Requests whose TTFT counts in the figures but whose prompt was mostly not cached:
-/// their TTFT holds a cold prefill (a per-slot cache the warm-up missed, an evicted
-/// prefix).
-pub fn cold_prefill(v: &DecodeView, rules: &RuleSet) -> Vec<Warning> {
-    let Some(min_fraction) = rules.cache.warm_min_cached_fraction else {
-        return Vec::new();
-    };
-    let cold: Vec<ColdRequest> = scored(v, rules)
-        .filter(|s| is_cold(s.info, rules))
+/// The scored requests of `v` that `pick` selects, as listed in a cache warning: the
+/// first [`COLD_LISTED`], and how many more.
+fn cache_requests(
+    v: &DecodeView,
+    rules: &RuleSet,
+    pick: impl Fn(&RequestInfo) -> bool,
+) -> Option<(Vec<ColdRequest>, usize)> {
+    let all: Vec<ColdRequest> = scored(v, rules)
+        .filter(|s| pick(s.info))
         .map(|s| ColdRequest {
             request_id: s.info.request_id,
             role: s.info.role.as_str().to_string(),
@@ -50,16 +52,52 @@ pub fn cold_prefill(v: &DecodeView, rules: &RuleSet) -> Vec<Warning> {
                 .map(|(f, t)| ms(f - t)),
         })
         .collect();
-    if cold.is_empty() {
-        return Vec::new();
+    if all.is_empty() {
+        return None;
     }
-    let more = cold.len().saturating_sub(COLD_LISTED);
-    vec![Warning::ColdPrefill {
-        requests: cold.into_iter().take(COLD_LISTED).collect(),
-        more,
-        min_fraction,
-        excluded_from_ttft: rules.cache.ttft_excludes_cold,
-    }]
+    let more = all.len().saturating_sub(COLD_LISTED);
+    Some((all.into_iter().take(COLD_LISTED).collect(), more))
+}
+
+/// Requests whose TTFT counts in the figures but whose prompt was mostly not cached:
+/// their TTFT holds a cold prefill (a per-slot cache the warm-up missed, an evicted
+/// prefix).
+pub fn cold_prefill(v: &DecodeView, rules: &RuleSet) -> Vec<Warning> {
+    let Some(min_fraction) = rules.cache.warm_min_cached_fraction else {
+        return Vec::new();
+    };
+    cache_requests(v, rules, |r| is_cold(r, rules))
+        .map(|(requests, more)| Warning::ColdPrefill {
+            requests,
+            more,
+            min_fraction,
+            excluded_from_ttft: rules.cache.ttft_excludes_cold,
+        })
+        .into_iter()
+        .collect()
+}
+
+/// Burst and rate cells: requests whose prompt the server mostly served from its prefix
+/// cache (at least the rule's fraction), so their TTFT and E2E latency are not those of
+/// the cold prefill these cells measure.
+pub fn warm_prefill(v: &DecodeView, rules: &RuleSet) -> Vec<Warning> {
+    let Some(min_fraction) = rules.cache.warm_min_cached_fraction else {
+        return Vec::new();
+    };
+    let warm = |r: &RequestInfo| {
+        let prompt = prompt_tokens(r);
+        r.cached_tokens
+            .is_some_and(|c| prompt > 0 && c as f64 >= min_fraction * prompt as f64)
+    };
+    cache_requests(v, rules, warm)
+        .map(|(requests, more)| Warning::WarmPrefill {
+            requests,
+            more,
+            of: scored(v, rules).count(),
+            min_fraction,
+        })
+        .into_iter()
+        .collect()
 }
 
 /// A text repeats itself, short of the loop thresholds but above the suspect ones.

@@ -63,6 +63,7 @@ fn plan(key: CellKey, max_tokens: i32) -> CellPlan {
         window: Duration::from_millis(600),
         first_request_id: 1_000_000,
         preamble: Vec::new(),
+        variants: None,
         requests: 0,
         rate: None,
     }
