@@ -20,11 +20,12 @@ use std::time::Duration;
 
 use serde_json::json;
 use tokentrace_recorder::cell::{self, CellPlan};
+use tokentrace_recorder::prompt::Variants;
 use tokentrace_schemas::clock::RunClock;
 use tokentrace_schemas::manifest::RateConfig;
 use tokentrace_schemas::reader::read_table;
 use tokentrace_schemas::schedule::Arrival;
-use tokentrace_schemas::tables::{Requests, Role};
+use tokentrace_schemas::tables::{Endpoint, Requests, Role};
 use tokentrace_schemas::{CellKey, Rate};
 use tokentrace_sim::truth::TruthRequests;
 use tokentrace_sim::{Profile, SimOptions, SimServer, Tokenizer};
@@ -54,11 +55,13 @@ async fn one(rate: Rate, requests: u32, arrival: Arrival) -> Result<String, Stri
     let clock = RunClock::start();
     let ctx = loopback::run_ctx(&sim.url(), clock)?;
     let prompt = Tokenizer::new().prompt_of(256, 1);
-    let body = |n: u32| {
+    let json = |n: u32| {
         json!({"prompt": prompt, "max_tokens": n, "stream": true, "ignore_eos": true, "return_token_ids": true,
                "stream_options": {"include_usage": true}})
-        .to_string()
     };
+    let body = |n: u32| json(n).to_string();
+    // Each measured request its own prompt, as a recorded rate cell sends them.
+    let variants = Variants::new(&json(16), Endpoint::Completions).map(std::sync::Arc::new);
     let key = CellKey::rate(256, rate);
     let plan = CellPlan {
         key,
@@ -71,7 +74,7 @@ async fn one(rate: Rate, requests: u32, arrival: Arrival) -> Result<String, Stri
         window: Duration::ZERO,
         first_request_id: 1,
         preamble: Vec::new(),
-        variants: None,
+        variants,
         requests: 0,
         rate: Some(RateConfig {
             rates: vec![rate],
