@@ -891,13 +891,13 @@ pub(crate) fn rate_curves(s: &Scoring) -> Vec<RateCurve> {
             };
             let met = |c: &CellScore| c.figures.as_ref().and_then(|f| f.slo_met) == Some(true);
             // The knee: the highest rate met within the capacity, every lower rate too.
-            let knee_cells: Vec<&CellScore> = row_cells
+            let knee_cell = row_cells
                 .iter()
                 .copied()
                 .take_while(|c| met(c) && !above(c))
-                .collect();
+                .last();
             let first_miss = row_cells.iter().copied().find(|c| !met(c) || above(c));
-            let knee_rate = knee_cells.last().and_then(|k| k.rate);
+            let knee_rate = knee_cell.and_then(|k| k.rate);
             let mut points = Vec::new();
             let rows = row_cells
                 .iter()
@@ -967,7 +967,7 @@ pub(crate) fn rate_curves(s: &Scoring) -> Vec<RateCurve> {
                             )
                         }
                     };
-                    match (knee_cells.last(), first_miss) {
+                    match (knee_cell, first_miss) {
                         (Some(k), miss) => format!(
                             "{}: knee at {} req/s, the highest offered rate that meets the SLO ({slo}) within the server's capacity{}",
                             context_label(ctx),

@@ -104,16 +104,21 @@ impl Transport {
     /// no body of its own outlives the write).
     pub fn request_bytes(&self, body: &crate::client::Body) -> Vec<u8> {
         use crate::client::Body;
-        let len = match body {
-            Body::Shared(b) => b.len(),
-            Body::Variant(v, key) => v.len(*key),
+        use std::borrow::Cow;
+        let parts = match body {
+            Body::Shared(b) => [
+                Cow::Borrowed(&b[..]),
+                Cow::Borrowed(&[][..]),
+                Cow::Borrowed(&[][..]),
+            ],
+            Body::Variant(v, key) => v.parts(*key),
         };
+        let len: usize = parts.iter().map(|p| p.len()).sum();
         let mut out = Vec::with_capacity(self.head.len() + 40 + len);
         out.extend_from_slice(&self.head);
         out.extend_from_slice(format!("content-length: {len}\r\n\r\n").as_bytes());
-        match body {
-            Body::Shared(b) => out.extend_from_slice(b),
-            Body::Variant(v, key) => v.write(*key, &mut out),
+        for p in &parts {
+            out.extend_from_slice(p);
         }
         out
     }

@@ -3,6 +3,8 @@
 //! Completions get the token ids themselves; chat gets text whose message count was
 //! searched to the exact length. Burst and rate cells send each request its own variant.
 
+use std::borrow::Cow;
+
 use serde_json::{Value, json};
 use tokentrace_schemas::tables::Endpoint;
 
@@ -342,23 +344,24 @@ impl Variants {
         }
     }
 
-    /// Bytes of the body of variant `key`.
-    pub fn len(&self, key: u64) -> usize {
-        self.left.len() + self.part(key).len() + self.right.len()
+    /// The body of variant `key` in three pieces: the shared start, the variant's own
+    /// part, the shared end.
+    pub fn parts(&self, key: u64) -> [Cow<'_, [u8]>; 3] {
+        [
+            Cow::Borrowed(&self.left),
+            Cow::Owned(self.part(key).into_bytes()),
+            Cow::Borrowed(&self.right),
+        ]
     }
 
-    /// Appends the body of variant `key` to `out`.
-    pub fn write(&self, key: u64, out: &mut Vec<u8>) {
-        out.extend_from_slice(&self.left);
-        out.extend_from_slice(self.part(key).as_bytes());
-        out.extend_from_slice(&self.right);
+    /// Bytes of the body of variant `key`.
+    pub fn len(&self, key: u64) -> usize {
+        self.parts(key).iter().map(|p| p.len()).sum()
     }
 
     /// The body of variant `key`.
     pub fn body(&self, key: u64) -> Vec<u8> {
-        let mut out = Vec::with_capacity(self.len(key));
-        self.write(key, &mut out);
-        out
+        self.parts(key).concat()
     }
 }
 

@@ -658,21 +658,19 @@ pub async fn record(
         // Burst and rate cells give each measured request a prompt of its own, so that
         // their TTFT and E2E latency include a cold prefill, as in `vllm bench serve`;
         // matrix cells share one prompt (primed, as the reference tool measures decode).
+        let full = stream_body(
+            &manifest.model,
+            manifest.config.endpoint,
+            &prompt,
+            manifest.config.max_tokens,
+        );
         let variants = matches!(key.phase, Phase::Burst | Phase::Rate)
-            .then(|| {
-                let full = stream_body(
-                    &manifest.model,
-                    manifest.config.endpoint,
-                    &prompt,
-                    manifest.config.max_tokens,
-                );
-                prompt::Variants::new(&full, manifest.config.endpoint)
-            })
+            .then(|| prompt::Variants::new(&full, manifest.config.endpoint))
             .flatten()
             .map(Arc::new);
         let plan = CellPlan {
             key,
-            body: body(manifest.config.max_tokens),
+            body: full.to_string().into(),
             scout_body: body(u32::try_from(cell::SCOUT_MAX_TOKENS).unwrap_or(16)),
             prime_body: body(u32::try_from(cell::PRIME_MAX_TOKENS).unwrap_or(16)),
             solo_first_prime: manifest.config.prefill_mode == Some(PrefillMode::Warmup),

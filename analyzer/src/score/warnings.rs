@@ -34,13 +34,15 @@ pub const DECODE: [DecodeWarning; 5] = [
 const COLD_LISTED: usize = 10;
 
 /// The scored requests of `v` that `pick` selects, as listed in a cache warning: the
-/// first [`COLD_LISTED`], and how many more.
+/// first [`COLD_LISTED`], how many more, and how many requests are scored.
 fn cache_requests(
     v: &DecodeView,
     rules: &RuleSet,
     pick: impl Fn(&RequestInfo) -> bool,
-) -> Option<(Vec<ColdRequest>, usize)> {
+) -> Option<(Vec<ColdRequest>, usize, usize)> {
+    let mut of = 0;
     let all: Vec<ColdRequest> = scored(v, rules)
+        .inspect(|_| of += 1)
         .filter(|s| pick(s.info))
         .map(|s| ColdRequest {
             request_id: s.info.request_id,
@@ -56,7 +58,7 @@ fn cache_requests(
         return None;
     }
     let more = all.len().saturating_sub(COLD_LISTED);
-    Some((all.into_iter().take(COLD_LISTED).collect(), more))
+    Some((all.into_iter().take(COLD_LISTED).collect(), more, of))
 }
 
 /// Requests whose TTFT counts in the figures but whose prompt was mostly not cached:
@@ -67,7 +69,7 @@ pub fn cold_prefill(v: &DecodeView, rules: &RuleSet) -> Vec<Warning> {
         return Vec::new();
     };
     cache_requests(v, rules, |r| is_cold(r, rules))
-        .map(|(requests, more)| Warning::ColdPrefill {
+        .map(|(requests, more, _)| Warning::ColdPrefill {
             requests,
             more,
             min_fraction,
@@ -90,10 +92,10 @@ pub fn warm_prefill(v: &DecodeView, rules: &RuleSet) -> Vec<Warning> {
             .is_some_and(|c| prompt > 0 && c as f64 >= min_fraction * prompt as f64)
     };
     cache_requests(v, rules, warm)
-        .map(|(requests, more)| Warning::WarmPrefill {
+        .map(|(requests, more, of)| Warning::WarmPrefill {
             requests,
             more,
-            of: scored(v, rules).count(),
+            of,
             min_fraction,
         })
         .into_iter()
