@@ -66,6 +66,9 @@ pub struct RunInfo {
     /// How the rate cells were driven (runs with rate cells).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rate: Option<tokentrace_schemas::manifest::RateConfig>,
+    /// The replay cells' settings and sources (`config.replay`); absent without them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replay: Option<tokentrace_schemas::manifest::ReplayConfig>,
 }
 
 /// A cell's verdict.
@@ -252,6 +255,29 @@ pub enum Warning {
         of: usize,
         min_fraction: f64,
     },
+    /// Replay cells: the requests left later than their schedule said, beyond the rule
+    /// set's limit (the client fell behind, or a `max_concurrency` cap held them), so
+    /// the load the server saw was not the workload's.
+    ScheduleLag {
+        /// The lag at the rule's percentile, ms …
+        lag_ms: f64,
+        /// … which percentile, and the most allowed there.
+        percentile: f64,
+        max_lag_ms: f64,
+        /// The latest request's lag, ms.
+        worst_ms: f64,
+        /// Requests later than `max_lag_ms`, of `of` sent.
+        late: usize,
+        of: usize,
+    },
+    /// Replay cells: requests of the workload that were not sent (a prompt and output
+    /// over the server's longest request, a trace row without output), never cut to fit.
+    ReplaySkipped {
+        skipped: usize,
+        of: usize,
+        /// The first one's source row and reason.
+        first: String,
+    },
 }
 
 /// A request and how much of its prompt the server served from cache: one that
@@ -352,6 +378,28 @@ pub struct Figures {
     /// be judged.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub slo_misses: Vec<String>,
+    /// Replay: requests per second over the cell's span that met every limit of the
+    /// rule set's SLO on their own (their TTFT, time between tokens and E2E latency);
+    /// null without an SLO …
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub goodput: Option<f64>,
+    /// … and how many requests did.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub goodput_requests: Option<usize>,
+    /// Replay: prompt tokens the server said it served from its prefix cache, over the
+    /// workload's sent requests that reported it …
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cached_tokens: Option<i64>,
+    /// … the tokens those requests share with earlier ones in the workload (what a cache
+    /// that kept everything could serve) …
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expected_cached_tokens: Option<i64>,
+    /// … and the prompt tokens of those requests.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replay_prompt_tokens: Option<i64>,
+    /// Replay: requests of the workload that were not sent (`replay.skipped`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replay_skipped: Option<usize>,
 }
 
 /// One cell of the matrix, scored (or why not).
@@ -364,6 +412,9 @@ pub struct CellScore {
     /// A rate cell's offered rate (`"4"`, `"inf"`); absent for other cells.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rate: Option<Rate>,
+    /// A replay cell's number (`run.replay.sources`); absent for other cells.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replay: Option<u32>,
     pub state: CellScoreState,
     /// Why the cell is not complete.
     pub reason: Option<String>,
@@ -383,6 +434,7 @@ impl CellScore {
             context: self.context,
             concurrency: self.concurrency,
             rate: self.rate,
+            replay: self.replay,
         }
     }
 

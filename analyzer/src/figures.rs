@@ -101,9 +101,15 @@ impl Figure {
     }
 }
 
-const BOTH: &[Phase] = &[Phase::Prefill, Phase::Decode, Phase::Burst, Phase::Rate];
-/// Every phase whose cells stream many requests (decode, burst, rate).
-const DECODE: &[Phase] = &[Phase::Decode, Phase::Burst, Phase::Rate];
+const BOTH: &[Phase] = &[
+    Phase::Prefill,
+    Phase::Decode,
+    Phase::Burst,
+    Phase::Rate,
+    Phase::Replay,
+];
+/// Every phase whose cells stream many requests (decode, burst, rate, replay).
+const DECODE: &[Phase] = &[Phase::Decode, Phase::Burst, Phase::Rate, Phase::Replay];
 
 const fn column(header: &'static str, show: Show, phases: &'static [Phase]) -> Option<Column> {
     Some(Column {
@@ -274,6 +280,34 @@ pub const FIGURES: &[Figure] = &[
                     .map(|m| if m { "met" } else { "missed" }.to_string()),
             )
         },
+    },
+    Figure {
+        name: "goodput",
+        csv: "goodput",
+        compared: true,
+        column: None,
+        read: |f| Value::Number(f.goodput),
+    },
+    Figure {
+        name: "cached_tokens",
+        csv: "cached_tokens",
+        compared: true,
+        column: None,
+        read: |f| Value::Count(f.cached_tokens),
+    },
+    Figure {
+        name: "expected_cached_tokens",
+        csv: "expected_cached_tokens",
+        compared: false,
+        column: None,
+        read: |f| Value::Count(f.expected_cached_tokens),
+    },
+    Figure {
+        name: "replay_skipped",
+        csv: "replay_skipped",
+        compared: true,
+        column: None,
+        read: |f| Value::Count(f.replay_skipped.map(|n| n as i64)),
     },
 ];
 

@@ -342,6 +342,7 @@ pub fn html_with_traces(s: &Scoring, traces: &BTreeMap<CellKey, CellTrace>) -> S
     decode_section(&mut o, s);
     burst_section(&mut o, s);
     rate_section(&mut o, s);
+    replay_section(&mut o, s);
 
     let (headers, rows) = measurements(s);
     let _ = writeln!(
@@ -416,6 +417,7 @@ fn phase_name(p: Phase) -> &'static str {
         Phase::Decode => "decode",
         Phase::Burst => "burst",
         Phase::Rate => "rate",
+        Phase::Replay => "replay",
     }
 }
 
@@ -447,6 +449,17 @@ fn burst_section(o: &mut String, s: &Scoring) {
             .map_or_else(|| "—".to_string(), |n| n.to_string())
     );
     table(o, "burst", &t);
+}
+
+fn replay_section(o: &mut String, s: &Scoring) {
+    let Some(t) = crate::render::replay_table(s) else {
+        return;
+    };
+    let _ = writeln!(o, "<h2>Replay</h2>");
+    for line in crate::render::replay_intro(s) {
+        let _ = writeln!(o, "<p>{}</p>", escape(&line));
+    }
+    table(o, "replay", &t);
 }
 
 /// The latency-versus-rate curve of one context as an inline SVG (no script): p50 and

@@ -110,6 +110,8 @@ pub struct Loaded {
     /// Per cell with GPU telemetry: its `gpu` rows in time order (cells recorded
     /// without NVML have none).
     pub gpu: BTreeMap<CellKey, Vec<tokentrace_schemas::tables::GpuRow>>,
+    /// Per replay cell: its workload's `replay` rows (request id order).
+    pub replay: BTreeMap<CellKey, Vec<tokentrace_schemas::tables::ReplayRow>>,
 }
 
 fn perr(run: &Run) -> impl Fn(PolarsError) -> Error + '_ {
@@ -174,13 +176,7 @@ impl Cols<'_> {
                     u32::try_from(c?).ok()?,
                     u32::try_from(n?).ok()?,
                 );
-                match u32::try_from(r?).ok()? {
-                    0 => Some(key),
-                    milli => Some(CellKey {
-                        rate: Some(tokentrace_schemas::Rate::from_milli(milli)?),
-                        ..key
-                    }),
-                }
+                crate::run::from_level(key, r?)
             })
             .collect())
     }
@@ -229,7 +225,25 @@ fn load_unguarded(run: &Run, series: &[String]) -> Result<Loaded> {
     load_chunks(run, chunks, &mut out)?;
     load_metrics(run, metrics, series, &mut out)?;
     load_gpu(run, &mut out)?;
+    load_replay(run, &mut out)?;
     Ok(out)
+}
+
+/// The `replay` table of every complete replay cell, read through the trace's own
+/// reader (a row per workload request: small beside the chunks).
+fn load_replay(run: &Run, out: &mut Loaded) -> Result<()> {
+    use tokentrace_schemas::layout::table_file;
+    use tokentrace_schemas::tables::Replay;
+    for (key, dir) in run.complete_cells() {
+        let path = dir.join(table_file::<Replay>());
+        if key.replay.is_none() || !path.exists() {
+            continue;
+        }
+        let mut rows = tokentrace_schemas::reader::read_table::<Replay>(&path)?;
+        rows.sort_by_key(|r| r.request_id);
+        out.replay.insert(*key, rows);
+    }
+    Ok(())
 }
 
 /// The optional `gpu` table of every complete cell that has one (small: a row per GPU
@@ -383,7 +397,7 @@ fn windows(run: &Run, out: &Loaded) -> Result<DataFrame> {
         cols.push(Column::new(
             "rate".into(),
             map.keys()
-                .map(|k| k.rate.map_or(0, |r| i64::from(r.milli())))
+                .map(crate::run::level)
                 .collect::<Vec<_>>(),
         ));
     }

@@ -174,7 +174,7 @@ pub(crate) fn header(s: &Scoring) -> Header {
         .map(str::to_string)
         .collect();
     let has = |p: Phase| s.cells.iter().any(|c| c.phase == p);
-    if !contexts.is_empty() || !(has(Phase::Burst) || has(Phase::Rate)) {
+    if !contexts.is_empty() || !(has(Phase::Burst) || has(Phase::Rate) || has(Phase::Replay)) {
         subtitle.push(format!(
             "{} ({}) × {} ({})",
             count_of(contexts.len(), "context", "contexts"),
@@ -204,6 +204,13 @@ pub(crate) fn header(s: &Scoring) -> Header {
             s.cells.iter().filter_map(|c| c.rate).collect();
         let rates: Vec<String> = rates.iter().map(|r| r.to_string()).collect();
         subtitle.push(format!("rates {} req/s", rates.join(", ")));
+    }
+    if let Some(r) = s.run.replay.as_ref().filter(|_| has(Phase::Replay)) {
+        subtitle.push(format!(
+            "replay of {} ({})",
+            count_of(r.sources.len(), "workload", "workloads"),
+            r.format
+        ));
     }
     if !prefill.is_empty() {
         let at: Vec<String> = prefill.iter().map(|c| context_label(c.context)).collect();
@@ -285,6 +292,9 @@ pub(crate) fn header(s: &Scoring) -> Header {
                 }
                 if has(Phase::Rate) {
                     tests.push("Open-loop request rate".to_string());
+                }
+                if has(Phase::Replay) {
+                    tests.push("Replay (open loop)".to_string());
                 }
                 if tests.is_empty() {
                     tests.push("Fixed duration".to_string());
@@ -459,6 +469,11 @@ fn markdown(s: &Scoring) -> String {
             c.table.markdown(&mut o);
             let _ = writeln!(o, "\n{}\n", c.knee);
         }
+    }
+
+    if let Some(t) = replay_table(s) {
+        let _ = writeln!(o, "\n## Replay\n\n{}\n", replay_intro(s).join("\n\n"));
+        t.markdown(&mut o);
     }
 
     let _ = writeln!(o, "\n## All measurements\n");
@@ -667,8 +682,9 @@ pub(crate) fn measurements(s: &Scoring) -> (Vec<String>, Vec<Row>) {
             let mut row: Row = vec![
                 (phase_label(c), None),
                 (context_label(c.context), Some(f64::from(c.context))),
-                // A rate cell's requests at once vary: its cap is in the run's settings.
-                if c.phase == Phase::Rate {
+                // A rate or replay cell's requests at once vary: its cap is in the run's
+                // settings.
+                if matches!(c.phase, Phase::Rate | Phase::Replay) {
                     (DASH.to_string(), None)
                 } else {
                     (c.concurrency.to_string(), Some(f64::from(c.concurrency)))
@@ -716,6 +732,7 @@ fn cell_name(c: &CellScore) -> String {
             context_label(c.context),
             r.map_or_else(dash, |r| r.to_string())
         ),
+        (Phase::Replay, _) => format!("Replay {}", c.replay.unwrap_or(0)),
     }
 }
 
@@ -726,6 +743,7 @@ pub(crate) fn phase_label(c: &CellScore) -> String {
         (Phase::Decode, _) => "Sustained decode".to_string(),
         (Phase::Burst, _) => "Burst / E2E".to_string(),
         (Phase::Rate, r) => format!("Rate {} req/s", r.map_or_else(dash, |r| r.to_string())),
+        (Phase::Replay, _) => format!("Replay {}", c.replay.unwrap_or(0)),
     }
 }
 
@@ -805,6 +823,142 @@ pub(crate) fn burst_table(s: &Scoring) -> Option<Table> {
                 sp(|f| &f.time_between_tokens_ms, 1),
                 opt(f.and_then(|f| f.request_rate), |x| fixed(x, 2)),
                 opt(f.and_then(|f| f.total_tok_s), |x| rate(x, false)),
+            ]
+        })
+        .collect();
+    Some(Table { headers, rows })
+}
+
+/// The source of replay cell `index`, from the run's replay settings.
+fn replay_source(s: &Scoring, index: u32) -> Option<&tokentrace_schemas::manifest::ReplaySource> {
+    s.run
+        .replay
+        .as_ref()
+        .and_then(|r| r.sources.iter().find(|x| x.index == index))
+}
+
+/// The lines under the Replay heading: what was replayed, how, and which sources ran
+/// closed loop (replayed open loop at their recorded send times).
+pub(crate) fn replay_intro(s: &Scoring) -> Vec<String> {
+    let Some(r) = &s.run.replay else {
+        return Vec::new();
+    };
+    let scale = r.time_scale_ppm as f64 / 1e6;
+    let window = match (r.window_start_ns, r.window_end_ns) {
+        (None, None) => String::new(),
+        (a, b) => format!(
+            " · trace time {}..{}",
+            a.map_or_else(String::new, |v| format!("{} s", fixed(v as f64 / 1e9, 1))),
+            b.map_or_else(String::new, |v| format!("{} s", fixed(v as f64 / 1e9, 1)))
+        ),
+    };
+    let mut lines = vec![format!(
+        "{} workload from `{}`, open loop at its own times × {}{window}{}{} · latencies in ms as p50 / p90 / p99 / max",
+        r.format,
+        r.from,
+        g(scale),
+        r.max_requests
+            .map_or_else(String::new, |n| format!(" · at most {n} requests")),
+        r.max_concurrency
+            .map_or_else(String::new, |n| format!(" · at most {n} in flight")),
+    )];
+    for src in &r.sources {
+        let what = match &src.source_cell {
+            Some(cell) => format!("cell {cell} of the run"),
+            None => format!("`{}`", src.file),
+        };
+        let mut line = format!(
+            "Replay {}: {what} (SHA-256 {}…), {} requests",
+            src.index,
+            &src.sha256[..src.sha256.len().min(12)],
+            thousands(i64::from(src.requests))
+        );
+        if src.skipped > 0 {
+            let _ = write!(line, ", {} not sent (the Notes say why)", src.skipped);
+        }
+        if src.closed_loop {
+            line.push_str(
+                "; it ran closed loop and is replayed open loop at its recorded send times, so \
+                 a request no longer waits for the one before it",
+            );
+        }
+        lines.push(line);
+    }
+    lines
+}
+
+/// The Replay section: one row per replay cell, its requests sent and skipped, offered
+/// and achieved rate, goodput under the SLO, TTFT, time between tokens and E2E latency
+/// (p50 / p90 / p99 / max), the schedule's lag (p50 / p99), and the prefix cache's hits
+/// against the workload's sharing. `None` without replay cells.
+pub(crate) fn replay_table(s: &Scoring) -> Option<Table> {
+    let cells: Vec<&CellScore> = s.cells.iter().filter(|c| c.phase == Phase::Replay).collect();
+    if cells.is_empty() {
+        return None;
+    }
+    let headers = [
+        "Replay",
+        "Context",
+        "Requests",
+        "Status",
+        "Offered req/s",
+        "Achieved req/s",
+        "Goodput req/s",
+        "TTFT ms (p50 / p90 / p99 / max)",
+        "Time between tokens ms",
+        "E2E ms",
+        "Schedule lag ms (p50 / p99)",
+        "Cached / expected tokens",
+    ]
+    .map(str::to_string)
+    .to_vec();
+    let rows = cells
+        .iter()
+        .map(|c| {
+            let f = shown(c);
+            let sp = |pick: fn(&Figures) -> &crate::contract::Summary, decimals| {
+                f.map_or_else(|| DASH.to_string(), |f| spread(pick(f), decimals))
+            };
+            let index = c.replay.unwrap_or(0);
+            let source = replay_source(s, index);
+            let requests = match (f, source) {
+                (Some(f), _) => format!(
+                    "{}{}",
+                    thousands(f.requests_scored as i64),
+                    f.replay_skipped
+                        .filter(|n| *n > 0)
+                        .map_or_else(String::new, |n| format!(" (+{n} skipped)"))
+                ),
+                (None, Some(src)) => thousands(i64::from(src.requests)),
+                (None, None) => DASH.to_string(),
+            };
+            let cache = match f.and_then(|f| f.cached_tokens.zip(f.expected_cached_tokens)) {
+                Some((got, want)) if want > 0 => format!(
+                    "{} / {} ({}%)",
+                    thousands(got),
+                    thousands(want),
+                    fixed(100.0 * got as f64 / want as f64, 1)
+                ),
+                Some((got, want)) => format!("{} / {}", thousands(got), thousands(want)),
+                None => DASH.to_string(),
+            };
+            vec![
+                index.to_string(),
+                if c.context == 0 {
+                    "mixed".to_string()
+                } else {
+                    context_label(c.context)
+                },
+                requests,
+                c.status_label(),
+                opt(f.and_then(|f| f.offered_rate), |x| fixed(x, 2)),
+                opt(f.and_then(|f| f.request_rate), |x| fixed(x, 2)),
+                opt(f.and_then(|f| f.goodput), |x| fixed(x, 2)),
+                sp(|f| &f.ttft_ms, 0),
+                sp(|f| &f.time_between_tokens_ms, 1),
+                sp(|f| &f.e2e_latency_ms, 0),
+                f.map_or_else(|| DASH.to_string(), |f| p50_p99(&f.schedule_lag_ms, 2)),
+                cache,
             ]
         })
         .collect();
@@ -1261,6 +1415,25 @@ pub(crate) fn cell_notes(c: &CellScore) -> Vec<String> {
                     cache_list(requests, *more, false)
                 )
             }
+            Warning::ScheduleLag {
+                lag_ms,
+                percentile,
+                max_lag_ms,
+                worst_ms,
+                late,
+                of,
+            } => format!(
+                "warning: the replay fell behind its schedule: p{} lag {} ms (limit {} ms), the latest request {} ms late; {late} of {of} requests left more than {} ms late, so the server did not see the workload's load",
+                g(*percentile),
+                fixed(*lag_ms, 1),
+                g(*max_lag_ms),
+                fixed(*worst_ms, 1),
+                g(*max_lag_ms)
+            ),
+            Warning::ReplaySkipped { skipped, of, first } => format!(
+                "{skipped} of the workload's {of} requests were not sent (never cut to fit): {first}{}",
+                if *skipped > 1 { ", and others" } else { "" }
+            ),
         };
         out.push(format!("{name}: {line}"));
     }

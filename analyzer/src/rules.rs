@@ -10,14 +10,19 @@ use tokentrace_schemas::column::StrEnum;
 use crate::error::{Error, Result};
 
 /// The built-in rule sets: (name, version, TOML text).
-pub const BUILTIN: [(&str, &str, &str); 5] = [
+pub const BUILTIN: [(&str, &str, &str); 6] = [
     (
         "reference",
         "0.6.2",
         include_str!("../rules/reference-0.6.2.toml"),
     ),
     // Newest first: `default` without a version is the newest.
-    ("default", "1.3.0", include_str!("../rules/default.toml")),
+    ("default", "1.4.0", include_str!("../rules/default.toml")),
+    (
+        "default",
+        "1.3.0",
+        include_str!("../rules/default-1.3.0.toml"),
+    ),
     (
         "default",
         "1.2.0",
@@ -366,6 +371,26 @@ pub struct RuleSet {
     pub tokens: TokenRules,
     #[serde(default, skip_serializing_if = "SloRules::is_default")]
     pub slo: SloRules,
+    #[serde(default, skip_serializing_if = "ReplayRules::is_default")]
+    pub replay: ReplayRules,
+}
+
+/// How replay cells are judged beyond the SLO (new in default 1.4.0; earlier sets warn
+/// of no lag).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ReplayRules {
+    /// The percentile of the requests' schedule lag that is checked …
+    pub lag_percentile: Option<f64>,
+    /// … against this many ms: beyond it, the replay fell behind its workload and says
+    /// by how much (warning `schedule_lag`).
+    pub max_lag_ms: Option<f64>,
+}
+
+impl ReplayRules {
+    fn is_default(&self) -> bool {
+        *self == ReplayRules::default()
+    }
 }
 
 impl SloRules {

@@ -88,9 +88,10 @@ impl Run {
         })
     }
 
-    /// Whether any complete cell is a rate cell (whose scans carry a `rate` key column).
+    /// Whether any complete cell is a rate or replay cell (whose scans carry a `rate`
+    /// key column: see [`level`]).
     pub fn has_rate_cells(&self) -> bool {
-        self.complete_cells().any(|(key, _)| key.rate.is_some())
+        self.complete_cells().any(|(key, _)| has_level(key))
     }
 
     /// Cells that can be scored.
@@ -120,7 +121,7 @@ impl Run {
         let prefix = format!("{}/", cells_dir.display());
         let (rated, others): (Vec<_>, Vec<_>) = self
             .complete_cells()
-            .partition(|(key, _)| key.rate.is_some());
+            .partition(|(key, _)| has_level(key));
         let file = |key: &CellKey| {
             PlRefPath::new(format!(
                 "{prefix}{}/{table}.parquet",
@@ -173,9 +174,7 @@ impl Run {
                     lit(i64::from(key.concurrency))
                         .cast(DataType::Int64)
                         .alias("concurrency"),
-                    lit(key.rate.map_or(0, |r| i64::from(r.milli())))
-                        .cast(DataType::Int64)
-                        .alias("rate"),
+                    lit(level(key)).cast(DataType::Int64).alias("rate"),
                 ]),
             );
         }
@@ -221,4 +220,36 @@ fn table_columns(table: &str) -> Vec<String> {
 /// The table names the analyzer can scan, for help texts.
 pub fn table_names() -> [&'static str; 4] {
     [Requests::NAME, Chunks::NAME, Metrics::NAME, Events::NAME]
+}
+
+/// Whether a cell's path has a third level other than `concurrency=` (rate, replay).
+fn has_level(key: &CellKey) -> bool {
+    key.rate.is_some() || key.replay.is_some()
+}
+
+/// The value of a scan's fourth key column (`rate`) for a cell: a rate cell's rate in
+/// thousandths of a request per second, minus a replay cell's number, 0 for the rest.
+/// Internal to the analyzer's scans (never written); [`from_level`] reads it back.
+pub fn level(key: &CellKey) -> i64 {
+    match (key.rate, key.replay) {
+        (Some(r), _) => i64::from(r.milli()),
+        (None, Some(i)) => -i64::from(i),
+        (None, None) => 0,
+    }
+}
+
+/// The key whose fourth key column is `level` (see [`level`]); `None` for a value no
+/// cell has.
+pub fn from_level(key: CellKey, level: i64) -> Option<CellKey> {
+    match level {
+        0 => Some(key),
+        l if l > 0 => Some(CellKey {
+            rate: Some(tokentrace_schemas::Rate::from_milli(u32::try_from(l).ok()?)?),
+            ..key
+        }),
+        l => Some(CellKey {
+            replay: Some(u32::try_from(-l).ok()?),
+            ..key
+        }),
+    }
 }

@@ -2,7 +2,8 @@
 //! scraper, a 10 ms tick that measures the recorder's own lateness, and one cold scout
 //! (prefill), N closed-loop workers with readiness warm-up, a fixed window, cancel at
 //! window close and a drain barrier (decode), exactly N requests run to completion
-//! (burst), or open-loop arrivals on a schedule (rate). The cell commits atomically.
+//! (burst), or open-loop arrivals on a schedule (rate) or a workload's times (replay).
+//! The cell commits atomically.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -120,6 +121,8 @@ pub struct CellPlan {
     pub variants: Option<Arc<crate::prompt::Variants>>,
     /// Records to write into the cell before its own (the run's probe request).
     pub preamble: Vec<Record>,
+    /// A replay cell's workload.
+    pub replay: Option<Arc<ReplayPlan>>,
 }
 
 struct Cell {
@@ -312,6 +315,7 @@ fn writer_loop(
                 }
             }
             Record::Event(e) => w.push_event(e)?,
+            Record::Replay(r) => w.push_replay(*r)?,
             Record::Commit => commit = true,
         }
     }
@@ -905,9 +909,7 @@ pub async fn record_burst(
 }
 
 /// Records a rate cell: after priming, requests leave on the schedule of
-/// `plan.rate` (open loop: whatever the server does), each on a connection of its own
-/// while it runs (kept open for later requests), at most `max_concurrency` at once; a
-/// request due while that many run waits for one to end. Each runs to completion.
+/// `plan.rate` (open loop: whatever the server does); see [`open_loop`].
 pub async fn record_rate(ctx: &RunCtx, plan: &CellPlan, run: &Path) -> Result<Recorded, CellError> {
     use tokentrace_schemas::schedule::Schedule;
     debug_assert_eq!(plan.key.phase, Phase::Rate);
@@ -928,11 +930,109 @@ pub async fn record_rate(ctx: &RunCtx, plan: &CellPlan, run: &Path) -> Result<Re
             ));
         }
     };
-    let cap = plan
-        .rate
-        .as_ref()
-        .and_then(|c| c.max_concurrency)
-        .unwrap_or(u32::MAX);
+    let cap = plan.rate.as_ref().and_then(|c| c.max_concurrency);
+    open_loop(&cell, primed, cap, schedule, |cell, _, due_ns| {
+        let mut spec = cell.measured(None);
+        spec.scheduled_ns = Some(due_ns);
+        spec
+    })
+    .await;
+    close(cell, handle, background).await
+}
+
+/// A replay cell's workload, ready to send.
+#[derive(Debug)]
+pub struct ReplayPlan {
+    pub items: Vec<crate::replay::Item>,
+    pub prompts: Arc<crate::replay::Prompts>,
+    pub model: String,
+    pub max_concurrency: Option<u32>,
+}
+
+impl ReplayPlan {
+    /// The request body of `item`: its prompt ids, its output length as `max_tokens`
+    /// (with `ignore_eos`, as every body of the run).
+    pub fn body(&self, item: &crate::replay::Item) -> bytes::Bytes {
+        const MARK: &str = "\"@@tokentrace-replay-prompt@@\"";
+        let head = crate::probe::stream_body(
+            &self.model,
+            Endpoint::Completions,
+            &serde_json::Value::String(MARK.trim_matches('"').to_string()),
+            item.output_tokens,
+        )
+        .to_string();
+        head.replacen(MARK, &self.prompts.prompt_json(item), 1).into()
+    }
+}
+
+/// Records a replay cell: after one priming request, each of the workload's requests
+/// leaves at its offset (open loop; see [`open_loop`]) with its own prompt length,
+/// prefix blocks and output length. Its `replay` rows go first, skipped ones included.
+pub async fn record_replay(
+    ctx: &RunCtx,
+    plan: &CellPlan,
+    run: &Path,
+) -> Result<Recorded, CellError> {
+    debug_assert_eq!(plan.key.phase, Phase::Replay);
+    let Some(replay) = plan.replay.clone() else {
+        return Err(CellError::Writer(
+            "a replay cell without its workload".to_string(),
+        ));
+    };
+    let (cell, handle) = start(ctx, plan, run).await?;
+    let background = Background::start(&cell);
+    let primed = warm_up(&cell, 1).await;
+    let n = replay.items.len();
+    let base = cell.next_id.fetch_add(n as i64, Ordering::Relaxed);
+    let mut sent = Vec::with_capacity(n);
+    for (k, it) in replay.items.iter().enumerate() {
+        let row = tokentrace_schemas::tables::ReplayRow {
+            request_id: base + k as i64,
+            source_row: it.source_row,
+            trace_ns: it.trace_ns,
+            offset_ns: it.offset_ns,
+            input_tokens: i32::try_from(it.input_tokens).unwrap_or(i32::MAX),
+            output_tokens: i32::try_from(it.output_tokens).unwrap_or(i32::MAX),
+            expected_cached_tokens: i32::try_from(it.expected_cached).unwrap_or(i32::MAX),
+            skipped: it.skipped.clone(),
+        };
+        let _ = cell.tx.send(Record::Replay(Box::new(row))).await;
+        if it.skipped.is_none() {
+            sent.push(k);
+        }
+    }
+    let due: Vec<i64> = sent.iter().map(|&k| replay.items[k].offset_ns).collect();
+    let cap = replay.max_concurrency;
+    open_loop(&cell, primed, cap, due.into_iter(), move |cell, i, due_ns| {
+        let k = sent.get(i).copied().unwrap_or(0);
+        let item = &replay.items[k.min(replay.items.len().saturating_sub(1))];
+        RequestSpec {
+            request_id: base + k as i64,
+            slot: None,
+            role: Role::Measured,
+            endpoint: cell.ctx.endpoint,
+            body: Body::Shared(replay.body(item)),
+            prompt_tokens_requested: i32::try_from(item.input_tokens).unwrap_or(i32::MAX),
+            max_tokens: Some(i32::try_from(item.output_tokens).unwrap_or(i32::MAX)),
+            scheduled_ns: Some(due_ns),
+        }
+    })
+    .await;
+    close(cell, handle, background).await
+}
+
+/// Sends requests open loop: the `i`-th offset of `due` (ns after the schedule's zero,
+/// taken as the window opens) makes `make(cell, i, due_ns)` leave at that time, whatever
+/// the server does, each on a connection of its own while it runs (kept open for later
+/// requests), at most `cap` at once; a request due while that many run waits for one to
+/// end (its `sent_ns` shows by how much). Each runs to completion; returns when all
+/// ended (or the cell gave up).
+async fn open_loop<I, F>(cell: &Arc<Cell>, primed: Vec<Lane>, cap: Option<u32>, due: I, make: F)
+where
+    I: Iterator<Item = i64> + Send + 'static,
+    F: Fn(&Arc<Cell>, usize, i64) -> RequestSpec + Send + 'static,
+{
+    let cap = cap.unwrap_or(u32::MAX);
     // One permit per request in flight; taking all of them back waits for every one.
     let slots = Arc::new(tokio::sync::Semaphore::new(
         usize::try_from(cap).unwrap_or(usize::MAX),
@@ -954,10 +1054,12 @@ pub async fn record_rate(ctx: &RunCtx, plan: &CellPlan, run: &Path) -> Result<Re
             // Stop when the cell gives up (cancel turns true) or is dropped (Ctrl-C: the
             // sender goes with the cell's future), checked at least every slice.
             let stopped = |c: &watch::Receiver<bool>| c.has_changed().is_err() || *c.borrow();
-            'schedule: for offset_ns in schedule {
+            'schedule: for (i, offset_ns) in due.enumerate() {
                 if cell.pacer.gave_up().is_some() || stopped(&cancel) {
                     break;
                 }
+                // Built before its time comes, so building costs no lag.
+                let spec = make(&cell, i, zero_ns + offset_ns);
                 let due = zero + Duration::from_nanos(u64::try_from(offset_ns).unwrap_or(0));
                 loop {
                     let now = Instant::now();
@@ -979,8 +1081,6 @@ pub async fn record_rate(ctx: &RunCtx, plan: &CellPlan, run: &Path) -> Result<Re
                 let Some(permit) = permit else {
                     break;
                 };
-                let mut spec = cell.measured(None);
-                spec.scheduled_ns = Some(zero_ns + offset_ns);
                 let lane = idle.lock().ok().and_then(|mut v| v.pop());
                 let (cell, idle, cancel) = (cell.clone(), idle.clone(), cancel.clone());
                 rt.spawn(async move {
@@ -1016,5 +1116,4 @@ pub async fn record_rate(ctx: &RunCtx, plan: &CellPlan, run: &Path) -> Result<Re
             let _ = all.await;
         }
     }
-    close(cell, handle, background).await
 }

@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use tokentrace_schemas::column::StrEnum;
-use tokentrace_schemas::manifest::{Manifest, PrefillMode};
+use tokentrace_schemas::manifest::{Manifest, PrefillMode, TraceFormat};
 use tokentrace_schemas::tables::Endpoint;
 
 use crate::runner::{self, Mode, RecordOptions};
@@ -32,6 +32,47 @@ fn prefill_mode(s: &str) -> Result<PrefillMode, String> {
 
 fn arrival(s: &str) -> Result<Arrival, String> {
     Arrival::parse(s).ok_or_else(|| format!("`{s}`: expected poisson or constant"))
+}
+
+fn trace_format(s: &str) -> Result<Option<TraceFormat>, String> {
+    if s == "auto" {
+        return Ok(None);
+    }
+    TraceFormat::parse(s)
+        .map(Some)
+        .ok_or_else(|| format!("`{s}`: expected auto, tokentrace, mooncake, azure or burstgpt"))
+}
+
+fn time_scale(s: &str) -> Result<f64, String> {
+    s.trim()
+        .parse::<f64>()
+        .ok()
+        .filter(|v| v.is_finite() && *v > 0.0)
+        .ok_or_else(|| format!("`{s}`: want a number above 0 (0.5 plays twice as fast)"))
+}
+
+/// `START..END` in trace time (`30s..90s`, `..2m`, `10m..`).
+fn replay_window(s: &str) -> Result<(Option<Duration>, Option<Duration>), String> {
+    let (a, b) = s
+        .split_once("..")
+        .ok_or_else(|| format!("`{s}`: want START..END, e.g. 30s..90s, ..2m or 10m.."))?;
+    let side = |t: &str| -> Result<Option<Duration>, String> {
+        let t = t.trim();
+        if t.is_empty() {
+            Ok(None)
+        } else if t == "0" {
+            Ok(Some(Duration::ZERO))
+        } else {
+            duration(t).map(Some)
+        }
+    };
+    let (a, b) = (side(a)?, side(b)?);
+    if let (Some(a), Some(b)) = (a, b)
+        && b <= a
+    {
+        return Err(format!("`{s}`: the end must come after the start"));
+    }
+    Ok((a, b))
 }
 
 fn key_value(s: &str) -> Result<(String, String), String> {
@@ -138,10 +179,38 @@ pub struct RecordArgs {
     /// --rate-requests is not given].
     #[arg(long, value_parser = duration)]
     pub rate_duration: Option<Duration>,
-    /// Most requests in flight in a rate cell; a request due while that many run waits
-    /// for one to end (as `vllm bench serve --max-concurrency`) [default: no cap].
+    /// Most requests in flight in a rate or replay cell; a request due while that many
+    /// run waits for one to end (as `vllm bench serve --max-concurrency`), and the wait
+    /// is recorded as schedule lag [default: no cap].
     #[arg(long)]
     pub max_concurrency: Option<u32>,
+    /// Replay a workload: a tokentrace run folder (each cell's measured requests, sent
+    /// again at their recorded send times with their prompt and completion lengths) or
+    /// one cell of it, or a production trace file (Mooncake JSONL, Azure or BurstGPT
+    /// CSV). Checked whole before any request; records one replay cell per source.
+    #[arg(long)]
+    pub replay: Option<PathBuf>,
+    /// The --replay file's format: auto (told from the content, and said), tokentrace,
+    /// mooncake, azure or burstgpt.
+    #[arg(long, value_parser = trace_format, default_value = "auto")]
+    pub trace_format: Option<TraceFormat>,
+    /// Trace time is multiplied by this: 0.5 plays the trace twice as fast, 2 half as
+    /// fast.
+    #[arg(long, value_parser = time_scale, default_value = "1")]
+    pub time_scale: f64,
+    /// Only the requests of this slice of the trace, in trace time from its first
+    /// request: `START..END` (e.g. 10m..20m, ..90s, 1h..).
+    #[arg(long, value_parser = replay_window)]
+    pub replay_window: Option<(Option<Duration>, Option<Duration>)>,
+    /// At most this many requests of the trace (per replayed cell).
+    #[arg(long)]
+    pub max_requests: Option<u32>,
+    /// Prompt tokens per hash id of a Mooncake trace.
+    #[arg(long, default_value_t = crate::replay::DEFAULT_BLOCK_TOKENS)]
+    pub block_tokens: u32,
+    /// The --replay workload, once read (by `check`).
+    #[arg(skip)]
+    pub workload: std::sync::OnceLock<std::sync::Arc<crate::replay::Workload>>,
     /// Probe the server, print the cells this command line would record and those it
     /// would skip (with the reason: a context over the server's limit, a cell over the
     /// KV-cache budget with --skip-over-capacity), and exit without recording or
@@ -254,6 +323,7 @@ impl RecordArgs {
             ));
         }
         self.check_modes()?;
+        self.check_replay(&mut notes)?;
         if let Some(t) = &self.target {
             notes.extend(normalize_target(t)?.1);
         }
@@ -272,20 +342,93 @@ impl RecordArgs {
         Ok(notes)
     }
 
-    /// The modes asked for: --mode, or `rate` when only --rates is given, or `matrix`.
+    /// The modes asked for: --mode, or `replay` with --replay and `rate` with --rates
+    /// when --mode is not given, or `matrix`.
     pub fn modes(&self) -> Vec<Mode> {
-        match (&self.mode, &self.rates) {
-            (Some(m), _) => m.clone(),
-            (None, Some(_)) => vec![Mode::Rate],
-            (None, None) => vec![Mode::Matrix],
+        if let Some(m) = &self.mode {
+            return m.clone();
         }
+        let mut modes = Vec::new();
+        if self.rates.is_some() {
+            modes.push(Mode::Rate);
+        }
+        if self.replay.is_some() {
+            modes.push(Mode::Replay);
+        }
+        if modes.is_empty() {
+            modes.push(Mode::Matrix);
+        }
+        modes
+    }
+
+    /// The replay's settings as the command line gives them.
+    pub fn replay_options(&self) -> Option<crate::replay::ReplayOptions> {
+        let ns = |d: Duration| i64::try_from(d.as_nanos()).unwrap_or(i64::MAX);
+        self.replay
+            .as_ref()
+            .map(|from| crate::replay::ReplayOptions {
+                from: from.clone(),
+                format: self.trace_format,
+                time_scale: self.time_scale,
+                window: self
+                    .replay_window
+                    .map_or((None, None), |(a, b)| (a.map(ns), b.map(ns))),
+                max_requests: self.max_requests,
+                max_concurrency: self.max_concurrency,
+                block_tokens: self.block_tokens,
+            })
+    }
+
+    /// Reads and checks the --replay workload (once); notes say what was found.
+    fn check_replay(&self, notes: &mut Vec<String>) -> Result<(), UsageError> {
+        let replay = self.modes().contains(&Mode::Replay);
+        let Some(opts) = self.replay_options() else {
+            if replay {
+                return Err(UsageError(
+                    "--mode replay needs --replay FILE_OR_RUN (a run folder, or a Mooncake, Azure or BurstGPT trace)"
+                        .to_string(),
+                ));
+            }
+            for (given, name) in [
+                (self.replay_window.is_some(), "--replay-window"),
+                (self.max_requests.is_some(), "--max-requests"),
+            ] {
+                if given {
+                    return Err(UsageError(format!("{name} is for --replay")));
+                }
+            }
+            return Ok(());
+        };
+        if !replay {
+            return Err(UsageError(
+                "--replay is given but --mode has no `replay`: add it (e.g. --mode matrix,replay)"
+                    .to_string(),
+            ));
+        }
+        if self.endpoint != Endpoint::Completions {
+            return Err(UsageError(
+                "--replay sends token ids (exact prompt lengths and shared prefixes): it needs                  --endpoint completions"
+                    .to_string(),
+            ));
+        }
+        if self.max_requests == Some(0) {
+            return Err(UsageError(
+                "--max-requests 0: a replay needs at least one request".to_string(),
+            ));
+        }
+        if self.workload.get().is_none() {
+            let w = crate::replay::load(&opts, &mut |n| notes.push(n))
+                .map_err(|e| UsageError(format!("--replay {e}")))?;
+            let _ = self.workload.set(std::sync::Arc::new(w));
+        }
+        Ok(())
     }
 
     fn check_modes(&self) -> Result<(), UsageError> {
         let modes = self.modes();
         let bad = |m: &str| Err(UsageError(m.to_string()));
         if modes.is_empty() {
-            return bad("--mode is empty: give matrix, burst or rate");
+            return bad("--mode is empty: give matrix, burst, rate or replay");
         }
         let rate = modes.contains(&Mode::Rate);
         match &self.rates {
@@ -301,10 +444,11 @@ impl RecordArgs {
             _ => {}
         }
         if !rate {
+            let open = modes.contains(&Mode::Replay);
             for (given, name) in [
                 (self.rate_requests.is_some(), "--rate-requests"),
                 (self.rate_duration.is_some(), "--rate-duration"),
-                (self.max_concurrency.is_some(), "--max-concurrency"),
+                (self.max_concurrency.is_some() && !open, "--max-concurrency"),
             ] {
                 if given {
                     return Err(UsageError(format!(
@@ -416,6 +560,19 @@ impl RecordArgs {
                 .map(|d| i64::try_from(d.as_nanos()).unwrap_or(i64::MAX)),
                 max_concurrency: self.max_concurrency,
             }),
+            replay: match self.replay_options() {
+                Some(opts) => Some(runner::ReplaySetup {
+                    workload: match self.workload.get() {
+                        Some(w) => w.clone(),
+                        None => std::sync::Arc::new(
+                            crate::replay::load(&opts, &mut |_| {})
+                                .map_err(|e| format!("--replay {e}"))?,
+                        ),
+                    },
+                    opts,
+                }),
+                None => None,
+            },
             gpus: if self.gpu_telemetry == "off" {
                 runner::GpuChoice::Off
             } else {

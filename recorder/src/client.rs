@@ -38,6 +38,8 @@ pub enum Record {
     /// One GPU telemetry sample (a row per GPU).
     Gpu(Vec<tokentrace_schemas::tables::GpuRow>),
     Event(EventRow),
+    /// One request of a replay cell's workload (`replay` table).
+    Replay(Box<tokentrace_schemas::tables::ReplayRow>),
     /// The cell ended normally: commit it. A writer whose channel closes without this
     /// (Ctrl-C, a crash) leaves the cell uncommitted, to be redone by `--resume`.
     Commit,

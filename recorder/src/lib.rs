@@ -14,6 +14,7 @@ pub mod pace;
 pub mod probe;
 pub mod prompt;
 pub mod queue;
+pub mod replay;
 pub mod runner;
 pub mod scrape;
 pub mod store;

@@ -46,15 +46,19 @@ pub enum Mode {
     Burst,
     /// Open-loop request rates, one cell per context × rate.
     Rate,
+    /// A workload from a file (`--replay`): a recorded run's cells or a production
+    /// trace, one replay cell per source.
+    Replay,
 }
 
 impl Mode {
-    /// Parses `matrix`, `burst` or `rate`.
+    /// Parses `matrix`, `burst`, `rate` or `replay`.
     pub fn parse(s: &str) -> Option<Mode> {
         match s.trim() {
             "matrix" => Some(Mode::Matrix),
             "burst" => Some(Mode::Burst),
             "rate" => Some(Mode::Rate),
+            "replay" => Some(Mode::Replay),
             _ => None,
         }
     }
@@ -108,7 +112,22 @@ pub struct RecordOptions {
     /// Probe the server and plan the cells, then stop: nothing is sent beyond the
     /// probe, and nothing is written (`--plan`).
     pub plan_only: bool,
+    /// The workload to replay (`--replay`), read and checked before the run starts;
+    /// needed with [`Mode::Replay`].
+    pub replay: Option<ReplaySetup>,
 }
+
+/// A replay's settings and its workload, read before any request.
+#[derive(Debug, Clone)]
+pub struct ReplaySetup {
+    pub opts: crate::replay::ReplayOptions,
+    pub workload: Arc<crate::replay::Workload>,
+}
+
+/// Prompt tokens of filler whose ids make the pool replay blocks are drawn from.
+pub const REPLAY_POOL_TOKENS: u32 = 1024;
+/// Prompt tokens of a replay cell's priming request (a prompt no other request shares).
+pub const REPLAY_PRIME_TOKENS: u32 = 64;
 
 /// Where GPU facts and telemetry come from.
 #[derive(Debug, Clone, Default)]
@@ -168,6 +187,7 @@ fn cell_list(
     limit: Option<u32>,
     source: Option<&str>,
     kv: Option<(u64, &str)>,
+    workload: Option<&crate::replay::Workload>,
 ) -> Vec<CellEntry> {
     let mut cells = Vec::new();
     for &ctx in &opts.contexts {
@@ -228,6 +248,29 @@ fn cell_list(
             for &r in &rate.rates {
                 push(CellKey::rate(ctx, r), rate.max_concurrency.unwrap_or(0));
             }
+        }
+    }
+    if let Some(w) = workload.filter(|_| opts.modes.contains(&Mode::Replay)) {
+        for (key, c) in w.keys().into_iter().zip(&w.cells) {
+            let all_skipped = c.items.iter().all(|i| i.skipped.is_some());
+            cells.push(CellEntry {
+                status: if all_skipped {
+                    CellStatus::Skipped
+                } else {
+                    CellStatus::Planned
+                },
+                reason: all_skipped.then(|| {
+                    format!(
+                        "none of its {} requests can be sent ({})",
+                        c.items.len(),
+                        c.items
+                            .first()
+                            .and_then(|i| i.skipped.as_deref())
+                            .unwrap_or("")
+                    )
+                }),
+                ..CellEntry::planned(key)
+            });
         }
     }
     cells
@@ -433,6 +476,16 @@ pub async fn record(
         Err(why) => format!("GPUs: no telemetry ({why})"),
     }));
     let gpus = gpus.ok();
+    // The workload, with every request over the server's longest request marked
+    // skipped (never cut to fit).
+    let workload = opts.replay.as_ref().map(|r| {
+        let mut w = (*r.workload).clone();
+        w.skip_over(
+            info.max_model_len,
+            info.capabilities.max_model_len_source.as_deref(),
+        );
+        Arc::new(w)
+    });
     let mut manifest = if resume && !opts.plan_only {
         let m = Manifest::read(&opts.out)?;
         if m.model != info.model {
@@ -443,6 +496,20 @@ pub async fn record(
                     m.model, info.model
                 ),
             ));
+        }
+        if let (Some(kept), Some(w)) = (&m.config.replay, &workload) {
+            let given: Vec<&str> = w.cells.iter().map(|c| c.source.sha256.as_str()).collect();
+            let recorded: Vec<&str> = kept.sources.iter().map(|s| s.sha256.as_str()).collect();
+            if given != recorded {
+                return Err(RecordError::Resume(
+                    opts.out.clone(),
+                    format!(
+                        "it replays {} (SHA-256 {}), not the workload given",
+                        kept.from,
+                        recorded.join(", ")
+                    ),
+                ));
+            }
         }
         m
     } else {
@@ -496,12 +563,18 @@ pub async fn record(
                     .rate
                     .clone()
                     .filter(|_| opts.modes.contains(&Mode::Rate)),
+                replay: workload
+                    .as_ref()
+                    .zip(opts.replay.as_ref())
+                    .filter(|_| opts.modes.contains(&Mode::Replay))
+                    .map(|(w, r)| w.config(&r.opts)),
             },
             cells: cell_list(
                 opts,
                 info.max_model_len,
                 info.capabilities.max_model_len_source.as_deref(),
                 kv_budget(&info.facts),
+                workload.as_deref(),
             ),
             reparsed: None,
         }
@@ -585,6 +658,8 @@ pub async fn record(
     // Contexts whose prefill scout the server refused as a wrong request: their decode
     // cells fail without a request (the same prompt would be refused again).
     let mut refused_contexts: std::collections::BTreeMap<u32, String> = Default::default();
+    // The replay cells' prompt builder, made with the first replay cell.
+    let mut replay_prompts: Option<Arc<crate::replay::Prompts>> = None;
     for i in 0..total {
         let entry = manifest.cells[i].clone();
         let key = entry.key();
@@ -626,71 +701,164 @@ pub async fn record(
             });
             continue;
         }
-        let (prompt, tokens) = match prompts.get(&key.context) {
-            Some(p) => p.clone(),
+        let replay_plan = if key.phase == Phase::Replay {
+            let (Some(w), Some(index)) = (&workload, key.replay) else {
+                manifest.cells[i].status = CellStatus::Failed;
+                manifest.cells[i].reason = Some(
+                    "not recorded: a replay cell needs its workload (--replay, as first given)"
+                        .to_string(),
+                );
+                manifest.write(&opts.out)?;
+                progress(Progress::CellEnd {
+                    index: i,
+                    total,
+                    key,
+                    line: "FAILED: no --replay workload given".to_string(),
+                });
+                continue;
+            };
+            let prompts = match &replay_prompts {
+                Some(p) => p.clone(),
+                None => {
+                    let pool = replay_pool(&client, &opts.target, &manifest, &nonce).await?;
+                    let block_tokens = manifest
+                        .config
+                        .replay
+                        .as_ref()
+                        .map_or(crate::replay::DEFAULT_BLOCK_TOKENS, |r| r.block_tokens);
+                    let p = Arc::new(crate::replay::Prompts::new(pool, &nonce, block_tokens));
+                    replay_prompts = Some(p.clone());
+                    p
+                }
+            };
+            let items = w
+                .cells
+                .iter()
+                .find(|c| c.source.index == index)
+                .map(|c| c.items.clone())
+                .unwrap_or_default();
+            Some(Arc::new(cell::ReplayPlan {
+                items,
+                prompts,
+                model: manifest.model.clone(),
+                max_concurrency: manifest
+                    .config
+                    .replay
+                    .as_ref()
+                    .and_then(|r| r.max_concurrency),
+            }))
+        } else {
+            None
+        };
+        let (plan, tokens) = match &replay_plan {
+            Some(r) => {
+                // The priming request's prompt shares no block with the workload.
+                let prime = crate::replay::Item {
+                    source_row: 0,
+                    trace_ns: 0,
+                    offset_ns: 0,
+                    input_tokens: REPLAY_PRIME_TOKENS,
+                    output_tokens: u32::try_from(cell::PRIME_MAX_TOKENS).unwrap_or(16),
+                    blocks: vec![u64::MAX - u64::from(key.replay.unwrap_or(0))],
+                    expected_cached: 0,
+                    skipped: None,
+                };
+                let body = r.body(&prime);
+                (
+                    CellPlan {
+                        key,
+                        body: body.clone(),
+                        scout_body: body.clone(),
+                        prime_body: body,
+                        solo_first_prime: false,
+                        prompt_tokens: i32::try_from(REPLAY_PRIME_TOKENS).unwrap_or(64),
+                        max_tokens: cell::PRIME_MAX_TOKENS,
+                        window: Duration::ZERO,
+                        first_request_id: (i as i64 + 1) * REQUEST_ID_STRIDE,
+                        requests: 0,
+                        rate: None,
+                        variants: None,
+                        preamble: probe_records
+                            .take()
+                            .unwrap_or_default()
+                            .into_iter()
+                            .map(|r| r.with_request_id((i as i64 + 2) * REQUEST_ID_STRIDE - 1))
+                            .collect(),
+                        replay: replay_plan.clone(),
+                    },
+                    key.context,
+                )
+            }
             None => {
-                let p = prompt::build(
-                    &client,
-                    &opts.target,
+                let (prompt, tokens) = match prompts.get(&key.context) {
+                    Some(p) => p.clone(),
+                    None => {
+                        let p = prompt::build(
+                            &client,
+                            &opts.target,
+                            &manifest.model,
+                            manifest.config.endpoint,
+                            manifest.capabilities.tokenize.as_deref(),
+                            key.context,
+                            prompt::Seed {
+                                context: u64::from(key.context),
+                                nonce: &nonce,
+                            },
+                        )
+                        .await
+                        .map_err(|source| RecordError::Prompt {
+                            context: key.context,
+                            source,
+                        })?;
+                        prompts.insert(key.context, (p.value.clone(), p.tokens));
+                        (p.value, p.tokens)
+                    }
+                };
+                let body = |n: u32| -> bytes::Bytes {
+                    stream_body(&manifest.model, manifest.config.endpoint, &prompt, n)
+                        .to_string()
+                        .into()
+                };
+                // Burst and rate cells give each measured request a prompt of its own, so that
+                // their TTFT and E2E latency include a cold prefill, as in `vllm bench serve`;
+                // matrix cells share one prompt (primed, as the reference tool measures decode).
+                let full = stream_body(
                     &manifest.model,
                     manifest.config.endpoint,
-                    manifest.capabilities.tokenize.as_deref(),
-                    key.context,
-                    prompt::Seed {
-                        context: u64::from(key.context),
-                        nonce: &nonce,
-                    },
-                )
-                .await
-                .map_err(|source| RecordError::Prompt {
-                    context: key.context,
-                    source,
-                })?;
-                prompts.insert(key.context, (p.value.clone(), p.tokens));
-                (p.value, p.tokens)
+                    &prompt,
+                    manifest.config.max_tokens,
+                );
+                let variants = matches!(key.phase, Phase::Burst | Phase::Rate)
+                    .then(|| prompt::Variants::new(&full, manifest.config.endpoint))
+                    .flatten()
+                    .map(Arc::new);
+                let plan = CellPlan {
+                    key,
+                    body: full.to_string().into(),
+                    scout_body: body(u32::try_from(cell::SCOUT_MAX_TOKENS).unwrap_or(16)),
+                    prime_body: body(u32::try_from(cell::PRIME_MAX_TOKENS).unwrap_or(16)),
+                    solo_first_prime: manifest.config.prefill_mode == Some(PrefillMode::Warmup),
+                    prompt_tokens: i32::try_from(tokens).unwrap_or(i32::MAX),
+                    max_tokens: i32::try_from(manifest.config.max_tokens).unwrap_or(i32::MAX),
+                    window: Duration::from_nanos(u64::try_from(manifest.config.window_ns).unwrap_or(0)),
+                    first_request_id: (i as i64 + 1) * REQUEST_ID_STRIDE,
+                    requests: manifest
+                        .config
+                        .burst
+                        .as_ref()
+                        .map_or(DEFAULT_BURST_REQUESTS, |b| b.requests),
+                    rate: manifest.config.rate.clone(),
+                    variants,
+                    preamble: probe_records
+                        .take()
+                        .unwrap_or_default()
+                        .into_iter()
+                        .map(|r| r.with_request_id((i as i64 + 2) * REQUEST_ID_STRIDE - 1))
+                        .collect(),
+                    replay: None,
+                };
+                (plan, tokens)
             }
-        };
-        let body = |n: u32| -> bytes::Bytes {
-            stream_body(&manifest.model, manifest.config.endpoint, &prompt, n)
-                .to_string()
-                .into()
-        };
-        // Burst and rate cells give each measured request a prompt of its own, so that
-        // their TTFT and E2E latency include a cold prefill, as in `vllm bench serve`;
-        // matrix cells share one prompt (primed, as the reference tool measures decode).
-        let full = stream_body(
-            &manifest.model,
-            manifest.config.endpoint,
-            &prompt,
-            manifest.config.max_tokens,
-        );
-        let variants = matches!(key.phase, Phase::Burst | Phase::Rate)
-            .then(|| prompt::Variants::new(&full, manifest.config.endpoint))
-            .flatten()
-            .map(Arc::new);
-        let plan = CellPlan {
-            key,
-            body: full.to_string().into(),
-            scout_body: body(u32::try_from(cell::SCOUT_MAX_TOKENS).unwrap_or(16)),
-            prime_body: body(u32::try_from(cell::PRIME_MAX_TOKENS).unwrap_or(16)),
-            solo_first_prime: manifest.config.prefill_mode == Some(PrefillMode::Warmup),
-            prompt_tokens: i32::try_from(tokens).unwrap_or(i32::MAX),
-            max_tokens: i32::try_from(manifest.config.max_tokens).unwrap_or(i32::MAX),
-            window: Duration::from_nanos(u64::try_from(manifest.config.window_ns).unwrap_or(0)),
-            first_request_id: (i as i64 + 1) * REQUEST_ID_STRIDE,
-            requests: manifest
-                .config
-                .burst
-                .as_ref()
-                .map_or(DEFAULT_BURST_REQUESTS, |b| b.requests),
-            rate: manifest.config.rate.clone(),
-            variants,
-            preamble: probe_records
-                .take()
-                .unwrap_or_default()
-                .into_iter()
-                .map(|r| r.with_request_id((i as i64 + 2) * REQUEST_ID_STRIDE - 1))
-                .collect(),
         };
         progress(Progress::CellStart {
             index: i,
@@ -703,6 +871,7 @@ pub async fn record(
             Phase::Decode => cell::record_decode(&ctx, &plan, &opts.out).await,
             Phase::Burst => cell::record_burst(&ctx, &plan, &opts.out).await,
             Phase::Rate => cell::record_rate(&ctx, &plan, &opts.out).await,
+            Phase::Replay => cell::record_replay(&ctx, &plan, &opts.out).await,
         };
         let prompt_miss = tokens.abs_diff(key.context);
         match result {
@@ -765,6 +934,51 @@ pub async fn record(
         return Err(RecordError::Upload(opts.out.clone(), why));
     }
     Ok(manifest)
+}
+
+/// The token ids replay blocks are drawn from: the server's own ids for filler text of
+/// [`REPLAY_POOL_TOKENS`] tokens (the first left out: it may be a BOS the tokenizer
+/// added).
+async fn replay_pool(
+    client: &reqwest::Client,
+    target: &str,
+    manifest: &Manifest,
+    nonce: &str,
+) -> Result<Vec<u32>, RecordError> {
+    let p = prompt::build(
+        client,
+        target,
+        &manifest.model,
+        Endpoint::Completions,
+        manifest.capabilities.tokenize.as_deref(),
+        REPLAY_POOL_TOKENS,
+        prompt::Seed {
+            context: u64::from(REPLAY_POOL_TOKENS),
+            nonce,
+        },
+    )
+    .await
+    .map_err(|source| RecordError::Prompt {
+        context: REPLAY_POOL_TOKENS,
+        source,
+    })?;
+    let pool: Vec<u32> = p
+        .value
+        .as_array()
+        .map(|ids| {
+            ids.iter()
+                .skip(1)
+                .filter_map(|v| v.as_u64().and_then(|v| u32::try_from(v).ok()))
+                .collect()
+        })
+        .unwrap_or_default();
+    if pool.is_empty() {
+        return Err(RecordError::Prompt {
+            context: REPLAY_POOL_TOKENS,
+            source: PromptError::NoTokenizer,
+        });
+    }
+    Ok(pool)
 }
 
 /// Uploads the complete cells the store lacks and the manifest; on failure, says so
@@ -845,7 +1059,9 @@ pub fn parse_modes(s: &str) -> Result<Vec<Mode>, String> {
         .split(',')
         .map(str::trim)
         .filter(|p| !p.is_empty())
-        .map(|p| Mode::parse(p).ok_or_else(|| format!("`{p}`: expected matrix, burst or rate")))
+        .map(|p| {
+            Mode::parse(p).ok_or_else(|| format!("`{p}`: expected matrix, burst, rate or replay"))
+        })
         .collect::<Result<Vec<_>, String>>()?;
     modes.sort_unstable();
     modes.dedup();

@@ -1,6 +1,6 @@
 //! Where things live in a run folder: the Hive-style cell paths
-//! (`cells/phase=<p>/context=<n>/concurrency=<n>/`, `cells/phase=rate/context=<n>/rate=<r>/`)
-//! and the fixed file names. Both the recorder (writing) and the analyzer (reading) take
+//! (`cells/phase=<p>/context=<n>/concurrency=<n>/`, `cells/phase=rate/context=<n>/rate=<r>/`,
+//! `cells/phase=replay/context=<n>/replay=<i>/`) and the fixed file names. Both the recorder (writing) and the analyzer (reading) take
 //! paths from here.
 
 use std::fmt;
@@ -38,15 +38,23 @@ str_enum! {
         /// Open-loop arrivals at a fixed request rate, on a schedule the server does not
         /// slow down; measures latency against offered load.
         Rate = "rate",
+        /// A workload taken from a file (a recorded run's cell, or a production trace:
+        /// Mooncake, Azure, BurstGPT), sent again on its own schedule, open loop.
+        Replay = "replay",
     }
 }
 
 impl Phase {
-    /// Whether cells of this phase are newer than format v1's first release: a run
-    /// holding one writes [`crate::CELL_KINDS_VERSION`] in its JSON files, so readers
-    /// that know only prefill and decode refuse it as newer instead of misreading it.
-    pub fn is_v2(self) -> bool {
-        matches!(self, Phase::Burst | Phase::Rate)
+    /// The JSON version a run holding cells of this phase writes in its manifest and
+    /// commit marks: format v1's for prefill and decode, [`crate::CELL_KINDS_VERSION`]
+    /// for burst and rate, [`crate::REPLAY_VERSION`] for replay, so that readers built
+    /// before a kind of cell refuse a run holding one as newer instead of misreading it.
+    pub fn json_version(self) -> u32 {
+        match self {
+            Phase::Prefill | Phase::Decode => crate::SCHEMA_VERSION,
+            Phase::Burst | Phase::Rate => crate::CELL_KINDS_VERSION,
+            Phase::Replay => crate::REPLAY_VERSION,
+        }
     }
 }
 
@@ -154,6 +162,10 @@ pub struct CellKey {
     /// The offered request rate of a rate cell; `None` for every other phase.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rate: Option<Rate>,
+    /// A replay cell's number (1-based; `config.replay.sources` names its source);
+    /// `None` for every other phase.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replay: Option<u32>,
 }
 
 impl CellKey {
@@ -163,6 +175,7 @@ impl CellKey {
             context,
             concurrency,
             rate: None,
+            replay: None,
         }
     }
 
@@ -173,6 +186,19 @@ impl CellKey {
             context,
             concurrency: 0,
             rate: Some(rate),
+            replay: None,
+        }
+    }
+
+    /// A replay cell: the `index`-th replayed source (1-based), whose prompts are
+    /// `context` tokens (0: a trace of mixed prompt lengths).
+    pub fn replay(context: u32, index: u32) -> Self {
+        CellKey {
+            phase: Phase::Replay,
+            context,
+            concurrency: 0,
+            rate: None,
+            replay: Some(index),
         }
     }
 
@@ -182,11 +208,13 @@ impl CellKey {
     }
 
     /// The cell's folder relative to `cells/` (or to the staging folder). A rate cell's
-    /// third level is `rate=<r>`, every other cell's `concurrency=<n>`.
+    /// third level is `rate=<r>`, a replay cell's `replay=<i>`, every other cell's
+    /// `concurrency=<n>`.
     pub fn partition_path(&self) -> PathBuf {
-        let last = match self.rate {
-            Some(rate) => format!("rate={rate}"),
-            None => format!("concurrency={}", self.concurrency),
+        let last = match (self.rate, self.replay) {
+            (Some(rate), _) => format!("rate={rate}"),
+            (None, Some(i)) => format!("replay={i}"),
+            (None, None) => format!("concurrency={}", self.concurrency),
         };
         PathBuf::from(format!("phase={}", self.phase))
             .join(format!("context={}", self.context))
@@ -204,7 +232,8 @@ impl CellKey {
     }
 
     /// Parses a path that ends in `phase=<p>/context=<n>/concurrency=<n>` (or, for a
-    /// rate cell, `phase=rate/context=<n>/rate=<r>`).
+    /// rate cell, `phase=rate/context=<n>/rate=<r>`; for a replay cell,
+    /// `phase=replay/context=<n>/replay=<i>`).
     pub fn from_path(path: &Path) -> Result<Self> {
         let bad = || Error::BadCellPath {
             path: path.to_path_buf(),
@@ -235,6 +264,13 @@ impl CellKey {
             }
             return Ok(CellKey::rate(context, rate));
         }
+        if phase == Phase::Replay {
+            let index: u32 = value(last, "replay")?.parse().map_err(|_| bad())?;
+            if index == 0 || last != format!("replay={index}") {
+                return Err(bad());
+            }
+            return Ok(CellKey::replay(context, index));
+        }
         Ok(CellKey::new(
             phase,
             context,
@@ -245,9 +281,10 @@ impl CellKey {
 
 impl fmt::Display for CellKey {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self.rate {
-            Some(rate) => write!(f, "{} context={} rate={rate}", self.phase, self.context),
-            None => write!(
+        match (self.rate, self.replay) {
+            (Some(rate), _) => write!(f, "{} context={} rate={rate}", self.phase, self.context),
+            (None, Some(i)) => write!(f, "{} context={} replay={i}", self.phase, self.context),
+            (None, None) => write!(
                 f,
                 "{} context={} concurrency={}",
                 self.phase, self.context, self.concurrency

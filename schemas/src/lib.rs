@@ -30,7 +30,7 @@ pub use serde;
 pub use table::Table;
 pub use tables::{
     ChunkKind, ChunkRow, Chunks, EndReason, Endpoint, EventKind, EventRow, Events, MetricRow,
-    MetricType, Metrics, RequestRow, Requests, Role,
+    MetricType, Metrics, Replay, ReplayRow, RequestRow, Requests, Role,
 };
 
 /// The trace format version this build writes and reads.
@@ -39,6 +39,10 @@ pub const SCHEMA_VERSION: u32 = 1;
 /// cells (FORMAT.md, "Cell kinds"). Its tables are unchanged (still
 /// [`SCHEMA_VERSION`]); readers built before those cells refuse it as newer.
 pub const CELL_KINDS_VERSION: u32 = 2;
+/// The version of `manifest.json` and `cell.json` in a run that holds replay cells
+/// (FORMAT.md, "Cell kinds"), and the newest this build reads. Its tables are v1's plus
+/// the replay cells' own `replay` table; readers built before replay refuse it as newer.
+pub const REPLAY_VERSION: u32 = 3;
 /// This build's version.
 pub const TOOL_VERSION: &str = env!("CARGO_PKG_VERSION");
 /// Parquet `created_by` of every file this build writes.

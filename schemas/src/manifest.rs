@@ -124,6 +124,73 @@ pub struct RunConfig {
     /// The rate cells' settings; absent in a run without rate cells.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rate: Option<RateConfig>,
+    /// The replay cells' settings and sources; absent in a run without replay cells.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replay: Option<ReplayConfig>,
+}
+
+str_enum! {
+    /// The kind of file a replay's workload came from.
+    pub enum TraceFormat {
+        /// A tokentrace run folder (or one cell of it): its measured requests.
+        Tokentrace = "tokentrace",
+        /// Mooncake's JSONL: `timestamp` (ms), `input_length`, `output_length`,
+        /// `hash_ids` (one id per block of prompt tokens).
+        Mooncake = "mooncake",
+        /// Azure's LLM inference trace CSV: `TIMESTAMP`, `ContextTokens`,
+        /// `GeneratedTokens`.
+        Azure = "azure",
+        /// BurstGPT's CSV: `Timestamp` (s), `Request tokens`, `Response tokens`.
+        Burstgpt = "burstgpt",
+    }
+}
+
+/// How a run's replay cells were recorded (`--replay`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ReplayConfig {
+    /// The file or run folder given, as given.
+    pub from: String,
+    pub format: TraceFormat,
+    /// Trace time is multiplied by this (0.5 plays twice as fast), in millionths.
+    pub time_scale_ppm: u64,
+    /// The slice of the trace replayed, in trace time from its first request (ns);
+    /// absent ends: from the start, to the end.
+    pub window_start_ns: Option<i64>,
+    pub window_end_ns: Option<i64>,
+    /// At most this many requests per cell.
+    pub max_requests: Option<u32>,
+    /// Most requests in flight at once (a request due while that many run waits, and
+    /// its lag is recorded); null: no cap.
+    pub max_concurrency: Option<u32>,
+    /// Prompt tokens per hash id (Mooncake's blocks).
+    pub block_tokens: u32,
+    /// One per replay cell, in cell-number order.
+    pub sources: Vec<ReplaySource>,
+}
+
+/// Where one replay cell's workload came from.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ReplaySource {
+    /// The replay cell's number (its `replay=<i>` path level).
+    pub index: u32,
+    /// The source file's name (a run cell: its path from the run folder to the cell's
+    /// `requests.parquet`).
+    pub file: String,
+    /// SHA-256 of that file's bytes, lower-case hex.
+    pub sha256: String,
+    /// The replayed cell of a tokentrace run (`decode context=1024 concurrency=4`);
+    /// absent for a trace file.
+    pub source_cell: Option<String>,
+    /// Whether the source ran closed loop (a decode or burst cell): its requests are
+    /// replayed open loop at their recorded send times.
+    pub closed_loop: bool,
+    /// Requests taken from the source (after the window and `max_requests`).
+    pub requests: u32,
+    /// Of those, requests not sent, with the reason in the `replay` table (a prompt and
+    /// output over the server's longest request).
+    pub skipped: u32,
 }
 
 /// How a run's burst cells were recorded (`--mode burst`).
@@ -190,6 +257,9 @@ pub struct CellEntry {
     /// A rate cell's offered request rate (`"4"`, `"0.5"`, `"inf"`); absent otherwise.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rate: Option<Rate>,
+    /// A replay cell's number (`config.replay.sources`); absent otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replay: Option<u32>,
     pub status: CellStatus,
     pub reason: Option<String>,
 }
@@ -201,6 +271,7 @@ impl CellEntry {
             context: self.context,
             concurrency: self.concurrency,
             rate: self.rate,
+            replay: self.replay,
         }
     }
 
@@ -211,6 +282,7 @@ impl CellEntry {
             context: key.context,
             concurrency: key.concurrency,
             rate: key.rate,
+            replay: key.replay,
             status: CellStatus::Planned,
             reason: None,
         }
@@ -317,6 +389,9 @@ pub struct CellMeta {
     /// A rate cell's offered request rate; absent otherwise.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rate: Option<Rate>,
+    /// A replay cell's number; absent otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replay: Option<u32>,
     /// True only when every file below was written, synced and renamed into place.
     pub complete: bool,
     /// Every file of the cell by name (tables and raw capture).
@@ -330,20 +405,21 @@ impl CellMeta {
             context: self.context,
             concurrency: self.concurrency,
             rate: self.rate,
+            replay: self.replay,
         }
     }
 }
 
-/// The JSON version a run's manifest (or a cell's commit mark) is written with:
-/// [`crate::CELL_KINDS_VERSION`] when it holds a burst or rate cell, so that readers
-/// which know only prefill and decode refuse it as newer; [`SCHEMA_VERSION`] otherwise,
-/// so that a matrix-only run stays readable by every v1 reader.
+/// The JSON version a run's manifest (or a cell's commit mark) is written with: the
+/// newest its cells need ([`Phase::json_version`]), so that readers which do not know a
+/// kind of cell refuse the run as newer, while a matrix-only run stays readable by every
+/// v1 reader ([`SCHEMA_VERSION`]).
 pub fn json_version<I: IntoIterator<Item = Phase>>(phases: I) -> u32 {
-    if phases.into_iter().any(Phase::is_v2) {
-        crate::CELL_KINDS_VERSION
-    } else {
-        SCHEMA_VERSION
-    }
+    phases
+        .into_iter()
+        .map(Phase::json_version)
+        .max()
+        .unwrap_or(SCHEMA_VERSION)
 }
 
 #[derive(Deserialize)]
@@ -361,11 +437,11 @@ pub fn read_json<T: DeserializeOwned>(path: &Path, what: &'static str) -> Result
     let v: VersionOnly = serde_json::from_slice(&bytes).map_err(json_err)?;
     match v.schema_version {
         Some(serde_json::Value::Number(n)) => match n.as_u64() {
-            Some(found) if found > u64::from(crate::CELL_KINDS_VERSION) => {
+            Some(found) if found > u64::from(crate::REPLAY_VERSION) => {
                 return Err(Error::NewerVersion {
                     path: path.to_path_buf(),
                     found: u32::try_from(found).unwrap_or(u32::MAX),
-                    supported: crate::CELL_KINDS_VERSION,
+                    supported: crate::REPLAY_VERSION,
                 });
             }
             Some(found) if found >= u64::from(SCHEMA_VERSION) => {}

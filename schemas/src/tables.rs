@@ -227,6 +227,38 @@ table!(
     }
 );
 
+table!(
+    /// The `replay` table (replay cells only): one row per request taken from the
+    /// replayed workload, sent or skipped, with where it came from and what its prompt
+    /// shares with the workload's earlier requests.
+    Replay,
+    /// One request of a replayed workload.
+    ReplayRow, "replay" {
+        /// The id of the request sent for it (its `requests` row); a skipped request
+        /// keeps the id it would have had, and has no `requests` row.
+        request_id: i64,
+        /// Where it is in the source: the 1-based line of a trace file (a CSV's header
+        /// is line 1), or the source run's `request_id`.
+        source_row: i64,
+        /// Its time in the trace, from the trace's first request, before the time
+        /// scale and the window.
+        trace_ns: i64,
+        /// When it was due, from the cell's schedule start (after scale and window).
+        offset_ns: i64,
+        /// Prompt tokens the source gives it (and the prompt it was sent).
+        input_tokens: i32,
+        /// Completion tokens the source gives it (sent as `max_tokens`, with
+        /// `ignore_eos`).
+        output_tokens: i32,
+        /// Leading prompt tokens it shares with an earlier request of the workload (its
+        /// leading hash ids × block tokens, capped at its prompt): what a prefix cache
+        /// that kept everything could serve.
+        expected_cached_tokens: i32,
+        /// Why it was not sent (null: it was).
+        skipped: Option<String>,
+    }
+);
+
 impl RequestRow {
     /// A request about to be sent: what the recorder knows before any byte moves. Every
     /// other field is unknown (null), `end_reason` is `disconnect` until it ends.
@@ -274,8 +306,8 @@ impl Chunks {
 /// The names of every table a cell always has, in documentation order.
 pub const TABLE_NAMES: [&str; 4] = ["requests", "chunks", "metrics", "events"];
 /// The names of the tables a cell may lack (written only when there is something to
-/// write: `gpu` when the recorder read GPU telemetry).
-pub const OPTIONAL_TABLE_NAMES: [&str; 1] = ["gpu"];
+/// write: `gpu` when the recorder read GPU telemetry, `replay` in replay cells).
+pub const OPTIONAL_TABLE_NAMES: [&str; 2] = ["gpu", "replay"];
 
 /// Canonical label text: pairs sorted by key (then value), `k="v"` joined by commas,
 /// with Prometheus text escaping (`\\`, `\"`, `\n`) of values. No labels gives "".

@@ -10,7 +10,7 @@ use crate::manifest::{CellMeta, FileStat};
 use crate::raw::RawReader;
 use crate::reader::open_table;
 use crate::table::Table;
-use crate::tables::{Chunks, Events, Gpu, Metrics, Requests};
+use crate::tables::{Chunks, Events, Gpu, Metrics, Replay, Requests};
 
 fn count_rows<T: Table>(dir: &Path) -> Result<u64> {
     let mut n = 0u64;
@@ -58,6 +58,10 @@ pub fn verify_cell(dir: &Path) -> Result<(CellMeta, CellCounts)> {
     let gpu = table_file::<Gpu>();
     if meta.files.contains_key(&gpu) || dir.join(&gpu).exists() {
         counts.push((gpu, count_rows::<Gpu>(dir)?));
+    }
+    let replay = table_file::<Replay>();
+    if meta.files.contains_key(&replay) || dir.join(&replay).exists() {
+        counts.push((replay, count_rows::<Replay>(dir)?));
     }
     let mut frames = 0u64;
     for frame in RawReader::open(&dir.join(RAW_FILE))? {

@@ -20,7 +20,8 @@ use crate::manifest::{CellMeta, FileStat, write_json};
 use crate::raw::RawWriter;
 use crate::table::Table;
 use crate::tables::{
-    ChunkRow, Chunks, EventRow, Events, Gpu, GpuRow, MetricRow, Metrics, RequestRow, Requests,
+    ChunkRow, Chunks, EventRow, Events, Gpu, GpuRow, MetricRow, Metrics, Replay, ReplayRow,
+    RequestRow, Requests,
 };
 use crate::{CREATED_BY, SCHEMA_VERSION, SCHEMA_VERSION_KEY, TABLE_KEY, fsutil};
 
@@ -218,6 +219,8 @@ pub struct CellWriter {
     /// GPU telemetry: created with the first row, so a cell without telemetry has no
     /// `gpu.parquet`.
     pub gpu: Option<TableWriter<Gpu>>,
+    /// A replay cell's workload: created with the first row.
+    pub replay: Option<TableWriter<Replay>>,
     limits: WriterLimits,
     pub raw: RawWriter,
 }
@@ -246,6 +249,7 @@ impl CellWriter {
             metrics: TableWriter::with_limits(&staging.join(table_file::<Metrics>()), limits)?,
             events: TableWriter::with_limits(&staging.join(table_file::<Events>()), limits)?,
             gpu: None,
+            replay: None,
             limits,
             raw: RawWriter::create(&staging.join(RAW_FILE))?,
             staging,
@@ -284,6 +288,17 @@ impl CellWriter {
         w.push(row)
     }
 
+    pub fn push_replay(&mut self, row: ReplayRow) -> Result<()> {
+        let w = match &mut self.replay {
+            Some(w) => w,
+            None => self.replay.insert(TableWriter::with_limits(
+                &self.staging.join(table_file::<Replay>()),
+                self.limits,
+            )?),
+        };
+        w.push(row)
+    }
+
     /// Finishes every file, writes the commit mark and renames the cell into place.
     pub fn commit(self) -> Result<CellMeta> {
         let CellWriter {
@@ -295,6 +310,7 @@ impl CellWriter {
             metrics,
             events,
             gpu,
+            replay,
             limits: _,
             raw,
         } = self;
@@ -306,6 +322,9 @@ impl CellWriter {
         if let Some(gpu) = gpu {
             files.insert(table_file::<Gpu>(), gpu.finish()?);
         }
+        if let Some(replay) = replay {
+            files.insert(table_file::<Replay>(), replay.finish()?);
+        }
         files.insert(RAW_FILE.to_string(), raw.finish()?);
         let meta = CellMeta {
             schema_version: crate::manifest::json_version([key.phase]),
@@ -314,6 +333,7 @@ impl CellWriter {
             context: key.context,
             concurrency: key.concurrency,
             rate: key.rate,
+            replay: key.replay,
             complete: true,
             files,
         };

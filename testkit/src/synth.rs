@@ -560,6 +560,7 @@ pub fn manifest(run_id: &str, cells: &[CellKey]) -> Manifest {
             prefill_mode: None,
             burst: None,
             rate: None,
+            replay: None,
         },
         cells: cells
             .iter()

@@ -119,6 +119,7 @@ fn options(url: &str, out: &Path, endpoint: Endpoint) -> RecordOptions {
         burst_requests: runner::DEFAULT_BURST_REQUESTS,
         rate: None,
         plan_only: false,
+        replay: None,
     }
 }
 

@@ -56,6 +56,7 @@ pub fn options(target: &str, out: &Path) -> RecordOptions {
         burst_requests: runner::DEFAULT_BURST_REQUESTS,
         rate: None,
         plan_only: false,
+        replay: None,
     }
 }
 

@@ -73,6 +73,7 @@ fn options(target: String, out: &std::path::Path) -> RecordOptions {
         burst_requests: runner::DEFAULT_BURST_REQUESTS,
         rate: None,
         plan_only: false,
+        replay: None,
     }
 }
 
@@ -195,7 +196,7 @@ async fn figures_agree_with_the_simulators_ground_truth() {
                     truth,
                 );
             }
-            Phase::Burst | Phase::Rate => unreachable!("this run records no {key}"),
+            Phase::Burst | Phase::Rate | Phase::Replay => unreachable!("this run records no {key}"),
             Phase::Decode => {
                 let events = read_table::<Events>(&dir.join("events.parquet")).expect("events");
                 let at = |k: EventKind| events.iter().find(|e| e.kind == k).expect("event").time_ns;

@@ -1,9 +1,11 @@
 //! tokentrace-wire: bytes -> rows, and nothing else. SSE framing, event parsing and the
 //! per-request chunk assembler, with no runtime and no I/O, so that the recorder (live)
-//! and `tokentrace reparse` (offline, from `raw.sse.zst`) share one parser.
+//! and `tokentrace reparse` (offline, from `raw.sse.zst`) share one parser; and the
+//! production traces a replay reads (`workload`), checked row by row before a request.
 
 pub mod assemble;
 pub mod event;
 pub mod sse;
+pub mod workload;
 
 pub use assemble::{Assembler, End, MAX_ERROR_BODY, TokenCounting};

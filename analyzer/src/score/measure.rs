@@ -212,6 +212,8 @@ pub fn open(v: &DecodeView, rules: &RuleSet) -> Figures {
     f.request_rate = (span_s > 0.0).then(|| f.completed_requests as f64 / span_s);
     if let Some(rate) = v.key.rate {
         f.offered_rate = (!rate.is_inf()).then(|| rate.per_second());
+    }
+    if matches!(v.key.phase, Phase::Rate | Phase::Replay) {
         let lag = v
             .streams
             .iter()
@@ -266,4 +268,84 @@ pub fn slo(
         }
     }
     (Some(misses.is_empty()), misses)
+}
+
+/// A replay cell's own figures, added to [`open`]'s: the workload's offered rate (its
+/// sent requests over their schedule's span), goodput under the rule set's SLO per
+/// request, and the prefix cache's hits against the workload's sharing.
+pub fn replay(
+    v: &DecodeView,
+    rows: &[tokentrace_schemas::tables::ReplayRow],
+    rules: &RuleSet,
+    f: &mut Figures,
+) {
+    let sent: Vec<&tokentrace_schemas::tables::ReplayRow> =
+        rows.iter().filter(|r| r.skipped.is_none()).collect();
+    f.replay_skipped = Some(rows.len() - sent.len());
+    let span_ns = sent.iter().map(|r| r.offset_ns).max().unwrap_or(0)
+        - sent.iter().map(|r| r.offset_ns).min().unwrap_or(0);
+    f.offered_rate =
+        (span_ns > 0 && sent.len() > 1).then(|| (sent.len() - 1) as f64 / (span_ns as f64 / 1e9));
+    let slo = &rules.slo;
+    if slo.is_set() {
+        let good = v
+            .streams
+            .iter()
+            .filter(|s| s.info.role == tokentrace_schemas::tables::Role::Measured)
+            .filter(|s| meets_slo(s, rules))
+            .count();
+        f.goodput_requests = Some(good);
+        let span_s = v.window_ns() as f64 / 1e9;
+        f.goodput = (span_s > 0.0).then(|| good as f64 / span_s);
+    }
+    let by_id: std::collections::HashMap<i64, &tokentrace_schemas::tables::ReplayRow> =
+        sent.iter().map(|r| (r.request_id, *r)).collect();
+    let (mut cached, mut expected, mut prompt, mut any) = (0i64, 0i64, 0i64, false);
+    for s in &v.streams {
+        let (Some(row), Some(c)) = (by_id.get(&s.info.request_id), s.info.cached_tokens) else {
+            continue;
+        };
+        any = true;
+        cached += c;
+        expected += i64::from(row.expected_cached_tokens);
+        prompt += prompt_tokens(s.info);
+    }
+    if any {
+        f.cached_tokens = Some(cached);
+        f.expected_cached_tokens = Some(expected);
+        f.replay_prompt_tokens = Some(prompt);
+    }
+}
+
+/// Whether one request met every limit of the SLO on its own: finished, its TTFT, time
+/// between tokens and E2E latency each within its limit (a limit it has no value for,
+/// such as the time between tokens of a one-token answer, does not count against it).
+fn meets_slo(s: &Stream, rules: &RuleSet) -> bool {
+    let (r, a) = (s.info, &s.tokens);
+    if !is_finished(r) {
+        return false;
+    }
+    let slo = &rules.slo;
+    let ttft = first_token(a, rules.ttft.first)
+        .zip(r.sent_ns)
+        .map(|(f, t)| ms(f - t));
+    let denominator = match rules.requests.tbt_denominator {
+        TbtDenominator::TokensMinusOne => a.tokens - 1,
+        TbtDenominator::TokensAfterFirstEvent => a.tokens - a.first_token_tokens,
+    };
+    let tbt = match (a.first_token_ns, a.last_token_ns) {
+        (Some(first), Some(last)) if denominator > 0 && last > first => {
+            Some((last - first) as f64 / denominator as f64 / 1e6)
+        }
+        _ => None,
+    };
+    let e2e = r.sent_ns.zip(r.end_ns).map(|(t, e)| ms(e - t));
+    let within = |limit: Option<f64>, value: Option<f64>, needed: bool| match (limit, value) {
+        (None, _) => true,
+        (Some(l), Some(x)) => x <= l,
+        (Some(_), None) => !needed,
+    };
+    within(slo.ttft_ms, ttft, true)
+        && within(slo.time_between_tokens_ms, tbt, false)
+        && within(slo.e2e_latency_ms, e2e, true)
 }

@@ -74,6 +74,14 @@ pub fn score_loaded(run: &Run, rules: &RuleSet) -> Result<(Scoring, load::Loaded
                             None => no_window(*key),
                         }
                     }
+                    Phase::Replay => match DecodeView::new(*key, &loaded, rules, &preset) {
+                        Some(v) => score_replay(
+                            &v,
+                            loaded.replay.get(key).map_or(&[], Vec::as_slice),
+                            rules,
+                        ),
+                        None => no_window(*key),
+                    },
                 };
                 cells.insert(*key, s);
             }
@@ -152,6 +160,7 @@ pub fn score_loaded(run: &Run, rules: &RuleSet) -> Result<(Scoring, load::Loaded
             gpu_telemetry: !loaded.gpu.is_empty(),
             burst_requests: m.config.burst.as_ref().map(|b| b.requests),
             rate: m.config.rate.clone(),
+            replay: m.config.replay.clone(),
         },
         cells: cells.into_values().collect(),
     };
@@ -165,6 +174,7 @@ fn new_cell(key: CellKey, state: CellScoreState, reason: Option<String>) -> Cell
         context: key.context,
         concurrency: key.concurrency,
         rate: key.rate,
+        replay: key.replay,
         state,
         reason,
         verdict: None,
@@ -265,6 +275,45 @@ fn score_open(v: &DecodeView, rules: &RuleSet) -> CellScore {
     if v.key.phase == Phase::Rate {
         (figures.slo_met, figures.slo_misses) = measure::slo(v, rules, &figures, verdict);
     }
+    cell.figures = Some(figures);
+    cell
+}
+
+/// A replay cell: judged as a rate cell (failed streams, loops, the SLO), warned of as
+/// one but for its schedule (see [`warnings::REPLAY`]), with goodput and the prefix
+/// cache against the workload's sharing.
+fn score_replay(
+    v: &DecodeView,
+    rows: &[tokentrace_schemas::tables::ReplayRow],
+    rules: &RuleSet,
+) -> CellScore {
+    let mut cell = new_cell(v.key, CellScoreState::Complete, None);
+    for rule in verdicts::OPEN {
+        let (kept, omitted) = capped(rule(v, rules));
+        cell.evidence.extend(kept);
+        cell.evidence_omitted += omitted;
+    }
+    for rule in warnings::REPLAY {
+        cell.warnings.extend(capped(rule(v, rules)).0);
+    }
+    let skipped: Vec<&tokentrace_schemas::tables::ReplayRow> =
+        rows.iter().filter(|r| r.skipped.is_some()).collect();
+    if let Some(first) = skipped.first() {
+        cell.warnings.push(crate::contract::Warning::ReplaySkipped {
+            skipped: skipped.len(),
+            of: rows.len(),
+            first: format!(
+                "source row {}: {}",
+                first.source_row,
+                first.skipped.as_deref().unwrap_or("")
+            ),
+        });
+    }
+    let verdict = verdict(&cell.evidence);
+    cell.verdict = Some(verdict);
+    let mut figures = measure::open(v, rules);
+    measure::replay(v, rows, rules, &mut figures);
+    (figures.slo_met, figures.slo_misses) = measure::slo(v, rules, &figures, verdict);
     cell.figures = Some(figures);
     cell
 }

@@ -21,6 +21,11 @@ pub type DecodeWarning = fn(&DecodeView, &RuleSet) -> Vec<Warning>;
 /// The warning rules of burst and rate cells, in the order their warnings are listed.
 pub const OPEN: [DecodeWarning; 4] = [suspected_loops, client_lag, drain_incomplete, warm_prefill];
 
+/// Every replay-cell warning rule, in the order their warnings are listed: as burst and
+/// rate cells, but a replay's cache hits are the workload's own sharing (its figures
+/// compare them), and its schedule is the workload's.
+pub const REPLAY: [DecodeWarning; 4] = [suspected_loops, client_lag, drain_incomplete, schedule_lag];
+
 /// Every decode warning rule, in the order their warnings are listed.
 pub const DECODE: [DecodeWarning; 5] = [
     suspected_loops,
@@ -175,4 +180,35 @@ pub fn drain_incomplete(v: &DecodeView, _: &RuleSet) -> Vec<Warning> {
         })
         .into_iter()
         .collect()
+}
+
+/// Replay cells: requests left later than their schedule by more than the rule's limit
+/// at its percentile, so the server did not see the workload's load.
+pub fn schedule_lag(v: &DecodeView, rules: &RuleSet) -> Vec<Warning> {
+    let (Some(p), Some(max_lag_ms)) = (rules.replay.lag_percentile, rules.replay.max_lag_ms)
+    else {
+        return Vec::new();
+    };
+    let lags: Vec<f64> = v
+        .streams
+        .iter()
+        .filter(|s| s.info.role == tokentrace_schemas::tables::Role::Measured)
+        .filter_map(|s| s.info.sent_ns.map(|sent| ms(sent - s.info.scheduled_ns)))
+        .collect();
+    let of = lags.len();
+    let sorted = crate::stats::sorted(lags);
+    let Some(lag_ms) = crate::stats::percentile(&sorted, p, rules.stats.percentile) else {
+        return Vec::new();
+    };
+    if lag_ms <= max_lag_ms {
+        return Vec::new();
+    }
+    vec![Warning::ScheduleLag {
+        lag_ms,
+        percentile: p,
+        max_lag_ms,
+        worst_ms: sorted.last().copied().unwrap_or(lag_ms),
+        late: sorted.iter().filter(|l| **l > max_lag_ms).count(),
+        of,
+    }]
 }

@@ -66,6 +66,7 @@ fn plan(key: CellKey, max_tokens: i32) -> CellPlan {
         variants: None,
         requests: 0,
         rate: None,
+        replay: None,
     }
 }
 

@@ -109,8 +109,8 @@ async fn record_on(
                 }
                 Record::Request(q) => request = Some(*q),
                 Record::Event(e) => notes.extend(e.detail),
-                Record::Metrics(_) | Record::Gpu(_) | Record::Commit => {
-                    panic!("a request sends no metrics, GPU samples or commits")
+                Record::Metrics(_) | Record::Gpu(_) | Record::Replay(_) | Record::Commit => {
+                    panic!("a request sends no metrics, GPU samples, replay rows or commits")
                 }
             }
         }

@@ -99,6 +99,7 @@ fn incomplete_cell_is_reported() {
         context: 1,
         concurrency: 1,
         rate: None,
+        replay: None,
         complete: false,
         files: Default::default(),
     };

@@ -72,6 +72,7 @@ fn format_md_matches_code() {
         (Metrics::NAME.to_string(), coded::<Metrics>()),
         (Events::NAME.to_string(), coded::<Events>()),
         (Gpu::NAME.to_string(), coded::<Gpu>()),
+        (Replay::NAME.to_string(), coded::<Replay>()),
     ]
     .into();
     assert_eq!(
