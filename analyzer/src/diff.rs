@@ -164,6 +164,13 @@ fn status(c: &crate::contract::CellScore) -> String {
 }
 
 fn cell_name(k: &CellKey) -> String {
+    if let Some(i) = k.replay {
+        let context = match k.context {
+            0 => "mixed".to_string(),
+            c => context_label(c),
+        };
+        return format!("{} {i} ({context})", k.phase);
+    }
     match k.rate {
         Some(rate) => format!("{} {} at {rate} req/s", k.phase, context_label(k.context)),
         None => format!(

@@ -396,9 +396,7 @@ fn windows(run: &Run, out: &Loaded) -> Result<DataFrame> {
     if run.has_rate_cells() {
         cols.push(Column::new(
             "rate".into(),
-            map.keys()
-                .map(crate::run::level)
-                .collect::<Vec<_>>(),
+            map.keys().map(crate::run::level).collect::<Vec<_>>(),
         ));
     }
     DataFrame::new(map.len(), cols).map_err(perr(run))

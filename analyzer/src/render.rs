@@ -892,7 +892,11 @@ pub(crate) fn replay_intro(s: &Scoring) -> Vec<String> {
 /// (p50 / p90 / p99 / max), the schedule's lag (p50 / p99), and the prefix cache's hits
 /// against the workload's sharing. `None` without replay cells.
 pub(crate) fn replay_table(s: &Scoring) -> Option<Table> {
-    let cells: Vec<&CellScore> = s.cells.iter().filter(|c| c.phase == Phase::Replay).collect();
+    let cells: Vec<&CellScore> = s
+        .cells
+        .iter()
+        .filter(|c| c.phase == Phase::Replay)
+        .collect();
     if cells.is_empty() {
         return None;
     }

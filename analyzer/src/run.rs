@@ -119,9 +119,8 @@ impl Run {
             source,
         };
         let prefix = format!("{}/", cells_dir.display());
-        let (rated, others): (Vec<_>, Vec<_>) = self
-            .complete_cells()
-            .partition(|(key, _)| has_level(key));
+        let (rated, others): (Vec<_>, Vec<_>) =
+            self.complete_cells().partition(|(key, _)| has_level(key));
         let file = |key: &CellKey| {
             PlRefPath::new(format!(
                 "{prefix}{}/{table}.parquet",
@@ -244,7 +243,9 @@ pub fn from_level(key: CellKey, level: i64) -> Option<CellKey> {
     match level {
         0 => Some(key),
         l if l > 0 => Some(CellKey {
-            rate: Some(tokentrace_schemas::Rate::from_milli(u32::try_from(l).ok()?)?),
+            rate: Some(tokentrace_schemas::Rate::from_milli(
+                u32::try_from(l).ok()?,
+            )?),
             ..key
         }),
         l => Some(CellKey {

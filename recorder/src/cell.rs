@@ -42,6 +42,8 @@ pub const PRIME_MAX_TOKENS: i32 = 16;
 pub const PRIME_ROUNDS: u32 = 3;
 /// Longest sleep of a rate cell's dispatcher between checks that the cell still runs.
 pub const DISPATCH_SLICE: Duration = Duration::from_millis(20);
+/// Connections a replay cell opens (priming each) before its schedule starts.
+pub const REPLAY_LANES: u32 = 4;
 /// A request with less than this share of its prompt served from cache prefilled cold.
 pub const WARM_FRACTION: f64 = 0.5;
 
@@ -961,7 +963,8 @@ impl ReplayPlan {
             item.output_tokens,
         )
         .to_string();
-        head.replacen(MARK, &self.prompts.prompt_json(item), 1).into()
+        head.replacen(MARK, &self.prompts.prompt_json(item), 1)
+            .into()
     }
 }
 
@@ -981,7 +984,13 @@ pub async fn record_replay(
     };
     let (cell, handle) = start(ctx, plan, run).await?;
     let background = Background::start(&cell);
-    let primed = warm_up(&cell, 1).await;
+    // Connections opened before the schedule starts, so the first requests in flight
+    // do not connect inside their schedule lag.
+    let lanes = replay
+        .max_concurrency
+        .unwrap_or(REPLAY_LANES)
+        .clamp(1, REPLAY_LANES);
+    let primed = warm_up(&cell, lanes).await;
     let n = replay.items.len();
     let base = cell.next_id.fetch_add(n as i64, Ordering::Relaxed);
     let mut sent = Vec::with_capacity(n);
@@ -1003,20 +1012,26 @@ pub async fn record_replay(
     }
     let due: Vec<i64> = sent.iter().map(|&k| replay.items[k].offset_ns).collect();
     let cap = replay.max_concurrency;
-    open_loop(&cell, primed, cap, due.into_iter(), move |cell, i, due_ns| {
-        let k = sent.get(i).copied().unwrap_or(0);
-        let item = &replay.items[k.min(replay.items.len().saturating_sub(1))];
-        RequestSpec {
-            request_id: base + k as i64,
-            slot: None,
-            role: Role::Measured,
-            endpoint: cell.ctx.endpoint,
-            body: Body::Shared(replay.body(item)),
-            prompt_tokens_requested: i32::try_from(item.input_tokens).unwrap_or(i32::MAX),
-            max_tokens: Some(i32::try_from(item.output_tokens).unwrap_or(i32::MAX)),
-            scheduled_ns: Some(due_ns),
-        }
-    })
+    open_loop(
+        &cell,
+        primed,
+        cap,
+        due.into_iter(),
+        move |cell, i, due_ns| {
+            let k = sent.get(i).copied().unwrap_or(0);
+            let item = &replay.items[k.min(replay.items.len().saturating_sub(1))];
+            RequestSpec {
+                request_id: base + k as i64,
+                slot: None,
+                role: Role::Measured,
+                endpoint: cell.ctx.endpoint,
+                body: Body::Shared(replay.body(item)),
+                prompt_tokens_requested: i32::try_from(item.input_tokens).unwrap_or(i32::MAX),
+                max_tokens: Some(i32::try_from(item.output_tokens).unwrap_or(i32::MAX)),
+                scheduled_ns: Some(due_ns),
+            }
+        },
+    )
     .await;
     close(cell, handle, background).await
 }

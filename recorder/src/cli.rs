@@ -34,15 +34,6 @@ fn arrival(s: &str) -> Result<Arrival, String> {
     Arrival::parse(s).ok_or_else(|| format!("`{s}`: expected poisson or constant"))
 }
 
-fn trace_format(s: &str) -> Result<Option<TraceFormat>, String> {
-    if s == "auto" {
-        return Ok(None);
-    }
-    TraceFormat::parse(s)
-        .map(Some)
-        .ok_or_else(|| format!("`{s}`: expected auto, tokentrace, mooncake, azure or burstgpt"))
-}
-
 fn time_scale(s: &str) -> Result<f64, String> {
     s.trim()
         .parse::<f64>()
@@ -192,8 +183,8 @@ pub struct RecordArgs {
     pub replay: Option<PathBuf>,
     /// The --replay file's format: auto (told from the content, and said), tokentrace,
     /// mooncake, azure or burstgpt.
-    #[arg(long, value_parser = trace_format, default_value = "auto")]
-    pub trace_format: Option<TraceFormat>,
+    #[arg(long, value_parser = ["auto", "tokentrace", "mooncake", "azure", "burstgpt"], default_value = "auto")]
+    pub trace_format: String,
     /// Trace time is multiplied by this: 0.5 plays the trace twice as fast, 2 half as
     /// fast.
     #[arg(long, value_parser = time_scale, default_value = "1")]
@@ -368,7 +359,7 @@ impl RecordArgs {
             .as_ref()
             .map(|from| crate::replay::ReplayOptions {
                 from: from.clone(),
-                format: self.trace_format,
+                format: TraceFormat::parse(&self.trace_format),
                 time_scale: self.time_scale,
                 window: self
                     .replay_window
@@ -407,7 +398,8 @@ impl RecordArgs {
         }
         if self.endpoint != Endpoint::Completions {
             return Err(UsageError(
-                "--replay sends token ids (exact prompt lengths and shared prefixes): it needs                  --endpoint completions"
+                "--replay sends token ids (exact prompt lengths and shared prefixes): it needs \
+                 --endpoint completions"
                     .to_string(),
             ));
         }

@@ -158,9 +158,7 @@ pub fn weight(r: &Record) -> usize {
             .sum(),
         Record::Gpu(rows) => rows.len() * size_of::<GpuRow>(),
         Record::Event(e) => size_of::<EventRow>() + s(&e.detail),
-        Record::Replay(r) => {
-            size_of::<tokentrace_schemas::tables::ReplayRow>() + s(&r.skipped)
-        }
+        Record::Replay(r) => size_of::<tokentrace_schemas::tables::ReplayRow>() + s(&r.skipped),
         Record::Commit => 0,
     }
 }

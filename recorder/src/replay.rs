@@ -162,7 +162,9 @@ pub fn load(opts: &ReplayOptions, said: &mut dyn FnMut(String)) -> Result<Worklo
         )));
     }
     if opts.block_tokens == 0 {
-        return Err(ReplayError::Bad("--block-tokens must be above 0".to_string()));
+        return Err(ReplayError::Bad(
+            "--block-tokens must be above 0".to_string(),
+        ));
     }
     let path = &opts.from;
     let meta = std::fs::metadata(path).map_err(io(path))?;
@@ -214,9 +216,10 @@ pub fn load(opts: &ReplayOptions, said: &mut dyn FnMut(String)) -> Result<Worklo
             path.display()
         )));
     }
-    let file = path
-        .file_name()
-        .map_or_else(|| path.display().to_string(), |n| n.to_string_lossy().into_owned());
+    let file = path.file_name().map_or_else(
+        || path.display().to_string(),
+        |n| n.to_string_lossy().into_owned(),
+    );
     let items = trace_items(&rows, opts);
     let n = items.len() as u32;
     Ok(Workload {
@@ -307,8 +310,8 @@ pub fn expected_cached(items: &mut [Item], block_tokens: u32) {
             chain = mix(chain ^ mix(*b));
             chains.push(chain);
             if let Some(&longest) = seen.get(&chain) {
-                let tokens = u32::try_from((k as u64 + 1) * u64::from(block_tokens))
-                    .unwrap_or(u32::MAX);
+                let tokens =
+                    u32::try_from((k as u64 + 1) * u64::from(block_tokens)).unwrap_or(u32::MAX);
                 best = best.max(tokens.min(longest).min(it.input_tokens));
             }
         }
@@ -368,9 +371,11 @@ fn from_run(path: &Path, opts: &ReplayOptions) -> Result<Workload, ReplayError> 
         // measures decode): their replay shares one chain of blocks too. Every other
         // kind sent each request a prompt of its own.
         let shared = matches!(key.phase, Phase::Decode);
+        // The chain is the cell's own: no other replayed cell's prompt shares it, so
+        // its expected cache hits are its own requests' (the first one prefills cold).
         let context_chain = |input: u32| -> Vec<u64> {
             (0..u64::from(input.div_ceil(opts.block_tokens)))
-                .map(|k| (1 << 62) | (u64::from(key.context) << 20) | k)
+                .map(|k| (1 << 62) | (u64::from(index) << 40) | k)
                 .collect()
         };
         let mut items: Vec<Item> = taken
@@ -560,16 +565,19 @@ mod tests {
     #[test]
     fn prompts_share_exactly_their_common_blocks_and_keep_their_lengths() {
         let p = Prompts::new((100..200).collect(), "nonce-a", 4);
-        let ids = |it: &Item| -> Vec<u32> {
-            serde_json::from_str(&p.prompt_json(it)).expect("json")
-        };
+        let ids =
+            |it: &Item| -> Vec<u32> { serde_json::from_str(&p.prompt_json(it)).expect("json") };
         let a = ids(&item(&[1, 2, 3], 10));
         let b = ids(&item(&[1, 2, 4], 12));
         assert_eq!((a.len(), b.len()), (10, 12));
         assert_eq!(a[..8], b[..8]);
         assert_ne!(a[8..10], b[8..10]);
         let other = Prompts::new((100..200).collect(), "nonce-b", 4);
-        assert_ne!(p.block_ids(1), other.block_ids(1), "another session's blocks differ");
+        assert_ne!(
+            p.block_ids(1),
+            other.block_ids(1),
+            "another session's blocks differ"
+        );
         assert!(a.iter().all(|id| (100..200).contains(id)));
     }
 }

@@ -840,7 +840,9 @@ pub async fn record(
                     solo_first_prime: manifest.config.prefill_mode == Some(PrefillMode::Warmup),
                     prompt_tokens: i32::try_from(tokens).unwrap_or(i32::MAX),
                     max_tokens: i32::try_from(manifest.config.max_tokens).unwrap_or(i32::MAX),
-                    window: Duration::from_nanos(u64::try_from(manifest.config.window_ns).unwrap_or(0)),
+                    window: Duration::from_nanos(
+                        u64::try_from(manifest.config.window_ns).unwrap_or(0),
+                    ),
                     first_request_id: (i as i64 + 1) * REQUEST_ID_STRIDE,
                     requests: manifest
                         .config

@@ -28,7 +28,10 @@ fn bad_command_lines_exit_2_before_anything_is_written() {
         (&["--contexts", "8Q"], "not a token count"),
         (&["--target", "ftp://127.0.0.1:9"], "scheme `ftp`"),
         (&["--target", "http://"], "--target"),
-        (&["--mode", "sweep"], "expected matrix, burst or rate"),
+        (
+            &["--mode", "sweep"],
+            "expected matrix, burst, rate or replay",
+        ),
         (&["--mode", "rate"], "--mode rate needs --rates"),
         (&["--rates", "1,0"], "`0` is not a request rate"),
         (&["--rates", "1.2345"], "not a request rate"),

@@ -16,6 +16,8 @@
 //! - `refusals`: a refused context fails after a few requests; a rate-limiting server is paced;
 //! - `reparse`: golden runs and a faulty run re-derived row for row from their raw
 //!   capture, reports unchanged; other token-counting policies count as they say;
+//! - `replay`: a recorded run replayed request for request; a Mooncake trace's shared
+//!   prefixes reach the prefix cache as it says; bad traces exit 2 naming the line;
 //! - `report`: golden reports byte for byte, rescore + diff of a one-threshold change,
 //!   bad input named with a non-zero exit;
 //! - `store`: a run uploaded to a real S3 server (moto), its recorder killed, resumed from
@@ -37,6 +39,7 @@ mod misbehave;
 mod record;
 mod refusals;
 mod reparse;
+mod replay;
 mod report;
 mod sim;
 mod store;

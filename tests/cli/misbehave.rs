@@ -183,14 +183,14 @@ garbage = true",
     );
 }
 
-fn free_port() -> u16 {
+pub fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
         .map(|a| a.port())
         .expect("a free port")
 }
 
-fn sim(listen: &str) -> Child {
+pub fn sim(listen: &str) -> Child {
     Command::new(env!("CARGO_BIN_EXE_tokentrace"))
         .args(["sim", "--profile", "tiny", "--listen", listen])
         .stdout(Stdio::null())
@@ -199,7 +199,7 @@ fn sim(listen: &str) -> Child {
         .expect("sim")
 }
 
-fn wait_listening(listen: &str) {
+pub fn wait_listening(listen: &str) {
     let deadline = Instant::now() + Duration::from_secs(30);
     while std::net::TcpStream::connect(listen).is_err() {
         assert!(Instant::now() < deadline, "the simulator did not start");

@@ -533,7 +533,7 @@ async fn burst_and_rate_cells_agree_with_the_simulators_ground_truth() {
     ]);
     let said = cli(&[
         "diff",
-        out.join("results/default@1.3.0.json")
+        out.join("results/default@1.4.0.json")
             .to_str()
             .expect("utf-8"),
         out.join("results/tight-slo@1.json")

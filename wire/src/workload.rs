@@ -232,6 +232,7 @@ fn mooncake(bytes: &[u8], slice: Slice) -> Result<Vec<TraceRow>> {
 
 /// A CSV trace's columns and how its timestamps read.
 struct CsvShape {
+    /// With its article, for messages.
     name: &'static str,
     time: &'static str,
     input: &'static str,
@@ -242,7 +243,7 @@ struct CsvShape {
 }
 
 const AZURE: CsvShape = CsvShape {
-    name: "Azure",
+    name: "an Azure",
     time: "TIMESTAMP",
     input: "ContextTokens",
     output: "GeneratedTokens",
@@ -251,7 +252,7 @@ const AZURE: CsvShape = CsvShape {
 };
 
 const BURSTGPT: CsvShape = CsvShape {
-    name: "BurstGPT",
+    name: "a BurstGPT",
     time: "Timestamp",
     input: "Request tokens",
     output: "Response tokens",
@@ -290,7 +291,7 @@ fn csv_trace(bytes: &[u8], shape: &CsvShape, slice: Slice) -> Result<Vec<TraceRo
             at(
                 1,
                 format!(
-                    "no `{name}` column: not a {} trace header (want {}, {}, {}; found {})",
+                    "no `{name}` column: not {} trace header (want {}, {}, {}; found {})",
                     shape.name,
                     shape.time,
                     shape.input,
@@ -372,7 +373,10 @@ mod tests {
         let azure = "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46.6805900,374,44\n2023-11-16 18:15:50.9951690,396,109\n";
         let rows = all(azure, TraceFormat::Azure).expect("azure");
         assert_eq!(rows[1].time_ns, 4_314_579_000);
-        assert_eq!((rows[1].line, rows[1].input_tokens, rows[1].output_tokens), (3, 396, 109));
+        assert_eq!(
+            (rows[1].line, rows[1].input_tokens, rows[1].output_tokens),
+            (3, 396, 109)
+        );
         let burst = "Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type\n5,ChatGPT,472,18,490,Conversation log\n45,\"GPT-4\",1087,0,1087,API log\n";
         let rows = all(burst, TraceFormat::Burstgpt).expect("burstgpt");
         assert_eq!(rows[1].time_ns, 40_000_000_000);
@@ -382,7 +386,12 @@ mod tests {
     #[test]
     fn the_slice_keeps_a_window_and_a_count_but_checks_every_row() {
         let text = (0..10)
-            .map(|i| format!("{{\"timestamp\": {}, \"input_length\": 1, \"output_length\": 1}}", i * 1000))
+            .map(|i| {
+                format!(
+                    "{{\"timestamp\": {}, \"input_length\": 1, \"output_length\": 1}}",
+                    i * 1000
+                )
+            })
             .collect::<Vec<_>>()
             .join("\n");
         let slice = Slice {
@@ -391,8 +400,12 @@ mod tests {
             max: Some(3),
         };
         let rows = parse(text.as_bytes(), TraceFormat::Mooncake, slice).expect("parse");
-        assert_eq!(rows.iter().map(|r| r.line).collect::<Vec<_>>(), vec![3, 4, 5]);
-        let bad = format!("{text}\n{{\"timestamp\": 1, \"input_length\": 1, \"output_length\": 1}}");
+        assert_eq!(
+            rows.iter().map(|r| r.line).collect::<Vec<_>>(),
+            vec![3, 4, 5]
+        );
+        let bad =
+            format!("{text}\n{{\"timestamp\": 1, \"input_length\": 1, \"output_length\": 1}}");
         assert!(matches!(
             parse(bad.as_bytes(), TraceFormat::Mooncake, slice),
             Err(WorkloadError::Line { line: 11, .. })

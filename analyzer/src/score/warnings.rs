@@ -24,7 +24,8 @@ pub const OPEN: [DecodeWarning; 4] = [suspected_loops, client_lag, drain_incompl
 /// Every replay-cell warning rule, in the order their warnings are listed: as burst and
 /// rate cells, but a replay's cache hits are the workload's own sharing (its figures
 /// compare them), and its schedule is the workload's.
-pub const REPLAY: [DecodeWarning; 4] = [suspected_loops, client_lag, drain_incomplete, schedule_lag];
+pub const REPLAY: [DecodeWarning; 4] =
+    [suspected_loops, client_lag, drain_incomplete, schedule_lag];
 
 /// Every decode warning rule, in the order their warnings are listed.
 pub const DECODE: [DecodeWarning; 5] = [
@@ -185,8 +186,7 @@ pub fn drain_incomplete(v: &DecodeView, _: &RuleSet) -> Vec<Warning> {
 /// Replay cells: requests left later than their schedule by more than the rule's limit
 /// at its percentile, so the server did not see the workload's load.
 pub fn schedule_lag(v: &DecodeView, rules: &RuleSet) -> Vec<Warning> {
-    let (Some(p), Some(max_lag_ms)) = (rules.replay.lag_percentile, rules.replay.max_lag_ms)
-    else {
+    let (Some(p), Some(max_lag_ms)) = (rules.replay.lag_percentile, rules.replay.max_lag_ms) else {
         return Vec::new();
     };
     let lags: Vec<f64> = v
