@@ -46,6 +46,11 @@ pub struct Diff {
     pub figures_changed: Vec<CellDiff>,
     pub only_in_a: Vec<CellKey>,
     pub only_in_b: Vec<CellKey>,
+    /// Replay cells of one side compared with the cell of the other that they replay
+    /// (its `run.replay.sources[].source_cell`): (the source cell, the replay cell). The
+    /// comparison lists them under the source cell's key.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub replayed: Vec<(CellKey, CellKey)>,
 }
 
 impl Diff {
@@ -93,8 +98,13 @@ pub fn diff(a: &Scoring, b: &Scoring, min_relative: f64) -> Diff {
     let cells = |s: &Scoring| -> BTreeMap<CellKey, CellScore> {
         s.cells.iter().map(|c| (c.key(), c.clone())).collect()
     };
-    let (ca, cb) = (cells(a), cells(b));
+    let (mut ca, mut cb) = (cells(a), cells(b));
+    // A replay of the other side's cell stands in for that cell.
+    let mut replayed = pair_replays(&mut cb, &ca, b);
+    replayed.extend(pair_replays(&mut ca, &cb, a));
+    replayed.sort();
     let mut d = Diff {
+        replayed,
         a: label(a),
         b: label(b),
         verdicts_changed: Vec::new(),
@@ -150,6 +160,36 @@ pub fn diff(a: &Scoring, b: &Scoring, min_relative: f64) -> Diff {
     d
 }
 
+/// Rekeys each replay cell of `side` (scored in `scoring`) whose source is a cell of
+/// `other` that `side` lacks, under that cell's key; returns the pairs (source, replay).
+fn pair_replays(
+    side: &mut BTreeMap<CellKey, CellScore>,
+    other: &BTreeMap<CellKey, CellScore>,
+    scoring: &Scoring,
+) -> Vec<(CellKey, CellKey)> {
+    let Some(config) = &scoring.run.replay else {
+        return Vec::new();
+    };
+    let mut pairs = Vec::new();
+    for src in &config.sources {
+        let Some(name) = &src.source_cell else {
+            continue;
+        };
+        let Some(source) = other.keys().find(|k| k.to_string() == *name).copied() else {
+            continue;
+        };
+        let replay = side.keys().find(|k| k.replay == Some(src.index)).copied();
+        if let Some(replay) = replay
+            && !side.contains_key(&source)
+            && let Some(cell) = side.remove(&replay)
+        {
+            side.insert(source, cell);
+            pairs.push((source, replay));
+        }
+    }
+    pairs
+}
+
 /// A cell's status for the comparison: its verdict (or state), and for a rate cell
 /// whether it met the SLO, so that a rescore under another SLO shows what it moved.
 fn status(c: &crate::contract::CellScore) -> String {
@@ -196,6 +236,18 @@ fn value(v: Option<f64>) -> String {
 pub fn markdown(d: &Diff) -> String {
     let mut o = String::new();
     let _ = writeln!(o, "# Diff\n\n- A: {}\n- B: {}\n", d.a, d.b);
+    if !d.replayed.is_empty() {
+        let pairs: Vec<String> = d
+            .replayed
+            .iter()
+            .map(|(source, replay)| format!("{} ⇄ {}", cell_name(source), cell_name(replay)))
+            .collect();
+        let _ = writeln!(
+            o,
+            "Replay cells compared with the cells they replay: {}.\n",
+            pairs.join(", ")
+        );
+    }
     if d.is_empty() {
         let _ = writeln!(o, "No differences.");
         return o;

@@ -342,7 +342,7 @@ pub fn html_with_traces(s: &Scoring, traces: &BTreeMap<CellKey, CellTrace>) -> S
     decode_section(&mut o, s);
     burst_section(&mut o, s);
     rate_section(&mut o, s);
-    replay_section(&mut o, s);
+    replay_section(&mut o, s, traces);
 
     let (headers, rows) = measurements(s);
     let _ = writeln!(
@@ -451,7 +451,7 @@ fn burst_section(o: &mut String, s: &Scoring) {
     table(o, "burst", &t);
 }
 
-fn replay_section(o: &mut String, s: &Scoring) {
+fn replay_section(o: &mut String, s: &Scoring, traces: &BTreeMap<CellKey, CellTrace>) {
     let Some(t) = crate::render::replay_table(s) else {
         return;
     };
@@ -460,6 +460,129 @@ fn replay_section(o: &mut String, s: &Scoring) {
         let _ = writeln!(o, "<p>{}</p>", escape(&line));
     }
     table(o, "replay", &t);
+    for (key, trace) in traces.iter().filter(|(k, _)| k.phase == Phase::Replay) {
+        replay_chart(o, *key, trace);
+    }
+}
+
+/// Most requests drawn in a replay chart; beyond it every k-th is drawn.
+const REPLAY_POINTS: usize = 2000;
+
+/// A replay cell's requests over trace time as an inline SVG (no script): TTFT and E2E
+/// latency (log-scaled) against when each was due, and under them, on the same time
+/// axis, how late each left (the schedule's lag).
+fn replay_chart(o: &mut String, key: CellKey, t: &CellTrace) {
+    struct Point {
+        at: f64,
+        ttft: Option<f64>,
+        e2e: Option<f64>,
+        lag: f64,
+    }
+    let all: Vec<Point> = t
+        .requests
+        .iter()
+        .filter(|r| r.role == "measured")
+        .filter_map(|r| {
+            let (due, sent) = (r.scheduled?, r.sent?);
+            Some(Point {
+                at: due,
+                ttft: r.first_token.map(|f| (f - sent) * 1e3),
+                e2e: r.end.map(|e| (e - sent) * 1e3),
+                lag: (sent - due) * 1e3,
+            })
+        })
+        .collect();
+    let stride = all.len().div_ceil(REPLAY_POINTS).max(1);
+    let pts: Vec<&Point> = all.iter().step_by(stride).collect();
+    let ys: Vec<f64> = pts
+        .iter()
+        .flat_map(|p| [p.ttft, p.e2e])
+        .flatten()
+        .filter(|v| *v > 0.0)
+        .collect();
+    if pts.len() < 2 || ys.is_empty() {
+        return;
+    }
+    let (w, top, low, m) = (640.0, 220.0, 90.0, 48.0);
+    let h = top + low + 24.0;
+    let x1 = pts.iter().map(|p| p.at).fold(0.0, f64::max).max(1e-3);
+    let (y0, y1) = ys.iter().fold((f64::MAX, f64::MIN), |(a, b), y| {
+        (a.min(y.ln()), b.max(y.ln()))
+    });
+    let lag_max = pts.iter().map(|p| p.lag).fold(0.0, f64::max).max(1e-3);
+    let sx = |x: f64| m + x / x1 * (w - 2.0 * m);
+    let sy = |y: f64| top - 16.0 - (y.ln() - y0) / (y1 - y0).max(1e-9) * (top - 16.0 - m / 2.0);
+    let base = top + low;
+    let sl = |l: f64| base - l.max(0.0) / lag_max * (low - 12.0);
+    let _ = writeln!(
+        o,
+        "<svg class=\"replay-chart\" viewBox=\"0 0 {w} {h}\" width=\"{w}\" height=\"{h}\" role=\"img\" aria-label=\"replay {}: latency and schedule lag over trace time\">",
+        key.replay.unwrap_or(0)
+    );
+    let _ = writeln!(
+        o,
+        "<line x1=\"{m}\" y1=\"{0}\" x2=\"{1}\" y2=\"{0}\" stroke=\"#888\"/><line x1=\"{m}\" y1=\"{base}\" x2=\"{1}\" y2=\"{base}\" stroke=\"#888\"/><line x1=\"{m}\" y1=\"{2}\" x2=\"{m}\" y2=\"{base}\" stroke=\"#888\"/>",
+        top - 16.0,
+        w - m,
+        m / 2.0
+    );
+    type Pick = fn(&Point) -> Option<f64>;
+    let series: [(&str, &str, Pick); 2] = [
+        ("E2E", "#1f77b4", |p| p.e2e),
+        ("TTFT", "#2ca02c", |p| p.ttft),
+    ];
+    for (i, (name, colour, pick)) in series.iter().enumerate() {
+        let _ = write!(o, "<g fill=\"{colour}\">");
+        for p in &pts {
+            if let Some(y) = pick(p).filter(|y| *y > 0.0) {
+                let _ = write!(
+                    o,
+                    "<circle cx=\"{:.1}\" cy=\"{:.1}\" r=\"1.6\"/>",
+                    sx(p.at),
+                    sy(y)
+                );
+            }
+        }
+        let _ = writeln!(
+            o,
+            "</g><text x=\"{}\" y=\"14\" fill=\"{colour}\" font-size=\"11\">{name} ms</text>",
+            m + 70.0 + 80.0 * i as f64
+        );
+    }
+    let lag: Vec<String> = pts
+        .iter()
+        .map(|p| format!("{:.1},{:.1}", sx(p.at), sl(p.lag)))
+        .collect();
+    let _ = writeln!(
+        o,
+        "<polyline fill=\"none\" stroke=\"#d62728\" stroke-width=\"1\" points=\"{}\"/>",
+        lag.join(" ")
+    );
+    for y in [y0, y1] {
+        let _ = writeln!(
+            o,
+            "<text x=\"{}\" y=\"{:.1}\" font-size=\"10\" text-anchor=\"end\">{}</text>",
+            m - 4.0,
+            sy(y.exp()) + 3.0,
+            escape(&crate::numbers::fixed(y.exp(), usize::from(y.exp() < 10.0)))
+        );
+    }
+    let _ = writeln!(
+        o,
+        "<text x=\"{}\" y=\"{:.1}\" font-size=\"10\" text-anchor=\"end\">{}</text><text x=\"{m}\" y=\"{}\" font-size=\"11\" fill=\"#d62728\">schedule lag, ms (max {})</text>",
+        m - 4.0,
+        sl(lag_max) + 3.0,
+        escape(&crate::numbers::fixed(lag_max, 1)),
+        top + 2.0,
+        escape(&crate::numbers::fixed(lag_max, 2))
+    );
+    let _ = writeln!(
+        o,
+        "<text x=\"{}\" y=\"{}\" font-size=\"11\" text-anchor=\"middle\">trace time, s (0 to {})</text><text x=\"4\" y=\"14\" font-size=\"11\">ms (log)</text>\n</svg>",
+        w / 2.0,
+        h - 4.0,
+        escape(&crate::numbers::fixed(x1, 1))
+    );
 }
 
 /// The latency-versus-rate curve of one context as an inline SVG (no script): p50 and

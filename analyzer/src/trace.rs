@@ -34,6 +34,9 @@ pub struct Marks {
     pub sent: Option<f64>,
     pub first_token: Option<f64>,
     pub end: Option<f64>,
+    /// When its schedule made it due (replay cells only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub scheduled: Option<f64>,
 }
 
 /// What the drill-down of one decode cell draws.
@@ -102,7 +105,7 @@ pub fn traces(run: &Run, rules: &RuleSet) -> Result<BTreeMap<CellKey, CellTrace>
     traces_of(run, &scoring, &loaded)
 }
 
-/// Every decode cell's trace, from a run already loaded for its `scoring`
+/// Every decode and replay cell's trace, from a run already loaded for its `scoring`
 /// (`score_loaded`).
 pub fn traces_of(
     run: &Run,
@@ -113,9 +116,10 @@ pub fn traces_of(
     let timelines = load::guarded(run, || token_timelines(run))?;
     let mut out = BTreeMap::new();
     for (key, &(open, close)) in &loaded.windows {
-        if key.phase != Phase::Decode {
+        if !matches!(key.phase, Phase::Decode | Phase::Replay) {
             continue;
         }
+        let replay = key.phase == Phase::Replay;
         let events = timelines.get(key).map(Vec::as_slice).unwrap_or(&[]);
         let stride = events.len().div_ceil(MAX_POINTS).max(1);
         let mut times = Vec::new();
@@ -145,6 +149,7 @@ pub fn traces_of(
                     .and_then(|a| a.first_token_ns)
                     .map(|t| seconds(t, open)),
                 end: r.end_ns.map(|t| seconds(t, open)),
+                scheduled: replay.then(|| seconds(r.scheduled_ns, open)),
             })
             .collect();
         let mut gap_counts = vec![0u64; GAP_EDGES_MS.len()];

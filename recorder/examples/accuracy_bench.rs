@@ -70,6 +70,7 @@ async fn one(streams: u32, window: Duration) -> Result<String, String> {
         window,
         first_request_id: 1,
         preamble: Vec::new(),
+        replay: None,
         variants: None,
         requests: 0,
         rate: None,

@@ -74,6 +74,7 @@ async fn one(rate: Rate, requests: u32, arrival: Arrival) -> Result<String, Stri
         window: Duration::ZERO,
         first_request_id: 1,
         preamble: Vec::new(),
+        replay: None,
         variants,
         requests: 0,
         rate: Some(RateConfig {

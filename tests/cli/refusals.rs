@@ -107,8 +107,10 @@ async fn a_server_refusing_above_a_rate_gets_a_bounded_rate_and_the_cell_measure
         "{:?}",
         m.cells
     );
+    // Unpaced, four workers send about 100 a second in a debug build (more since its
+    // hot path is optimized: 30 a second was once the paced rate's ceiling here).
     let rate = received as f64 / elapsed;
-    assert!(rate < 30.0, "{received} requests in {elapsed:.1} s");
+    assert!(rate < 40.0, "{received} requests in {elapsed:.1} s");
     let decode = tokentrace_schemas::layout::list_cells(&out)
         .expect("cells")
         .into_iter()

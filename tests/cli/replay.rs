@@ -157,9 +157,25 @@ fn a_recorded_run_replays_request_for_request() {
         }
     }
     assert!(compared >= 200, "only {compared} requests compared");
+    // Each request was due at exactly its original offset (asserted above); how late
+    // it left is the client's lag. Alone, this debug build keeps it under 1.1 ms at p99;
+    // beside the rest of the suite on two cores, an OS time slice now and then reaches
+    // 3 ms. The test holds the median to 1 ms and p99 to 5 ms; the release benchmark
+    // (BENCHMARKS.md, replay) measures the p99.
+    let median = {
+        let mut v = lags.clone();
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
+    };
     let p = p99(lags);
-    eprintln!("{compared} requests replayed; send offsets p99 {p:.3} ms from the original's");
-    assert!(p <= 2.0, "send offsets p99 {p} ms from the original's");
+    eprintln!(
+        "{compared} requests replayed; send offsets {median:.3} ms (median) and {p:.3} ms (p99) from the original's"
+    );
+    assert!(
+        median <= 1.0,
+        "send offsets median {median} ms from the original's"
+    );
+    assert!(p <= 5.0, "send offsets p99 {p} ms from the original's");
     let report = Command::new(env!("CARGO_BIN_EXE_tokentrace"))
         .arg("report")
         .arg(&b)
@@ -170,6 +186,24 @@ fn a_recorded_run_replays_request_for_request() {
     assert!(
         md.contains("## Replay") && md.contains("replayed open loop"),
         "{md}"
+    );
+    // The original and its replay side by side: each replay cell against its source.
+    let diff = Command::new(env!("CARGO_BIN_EXE_tokentrace"))
+        .arg("diff")
+        .args([&a, &b])
+        .output()
+        .expect("diff");
+    let text = String::from_utf8_lossy(&diff.stdout);
+    assert!(diff.status.success(), "{text}");
+    assert!(
+        text.contains("decode 256 × 1 ⇄ replay 1 (256)")
+            && text.contains("decode 256 × 3 ⇄ replay 2 (256)"),
+        "{text}"
+    );
+    let only_b = text.split("## Only in B").nth(1).unwrap_or("");
+    assert!(
+        !only_b.contains("replay"),
+        "every replay cell is paired: {text}"
     );
 }
 
