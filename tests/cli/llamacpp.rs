@@ -1,6 +1,7 @@
 //! A real engine in the loop: llama.cpp's server (xllamacpp CPU wheel, SmolLM2-135M)
 //! recorded over both endpoints, then analyzed; a second run against the warm server
-//! prefills cold again, and a context above one slot's share is skipped. Needs
+//! prefills cold again, a 20-request trace is replayed at exact prompt lengths on its
+//! schedule, and a context above one slot's share is skipped. Needs
 //! llama.cpp installed by fixtures/llamacpp/install.sh, which prints the two variables
 //! this test reads: so it is `#[ignore]`d, reported by `cargo test` as ignored with that
 //! reason, and run by `cargo test -- --include-ignored` (CI), where a missing install
@@ -442,6 +443,92 @@ async fn a_real_llama_cpp_server_is_recorded_and_analyzed() {
     assert!(report.contains("## Burst / E2E"), "{report}");
     assert!(report.contains("## Request rate"), "{report}");
     eprintln!("{report}");
+
+    // A 20-request trace replayed: every prompt is sent at its exact length (token ids
+    // drawn from the server's own vocabulary), every request leaves at its offset.
+    let trace = tmp.path().join("trace.jsonl");
+    let lines: Vec<String> = (0..20)
+        .map(|i| {
+            // Two conversations sharing a first block; each turn adds its own.
+            let ids: Vec<String> = [i % 2, 100 + i / 2, 200 + i]
+                .iter()
+                .map(u64::to_string)
+                .collect();
+            format!(
+                "{{\"timestamp\": {}, \"input_length\": {}, \"output_length\": 4, \"hash_ids\": [{}]}}",
+                i * 250,
+                64 + (i * 7) % 32,
+                ids.join(", ")
+            )
+        })
+        .collect();
+    std::fs::write(&trace, lines.join("\n")).expect("trace");
+    let replayed = tmp.path().join("replay");
+    let mut opts = options(&server.url, &replayed, Endpoint::Completions);
+    let replay = tokentrace_recorder::replay::ReplayOptions {
+        from: trace.clone(),
+        format: None,
+        time_scale: 1.0,
+        window: (None, None),
+        max_requests: None,
+        max_concurrency: None,
+        block_tokens: 32,
+    };
+    let workload = tokentrace_recorder::replay::load(&replay, &mut |_| {}).expect("workload");
+    opts.modes = vec![runner::Mode::Replay];
+    opts.replay = Some(runner::ReplaySetup {
+        opts: replay,
+        workload: std::sync::Arc::new(workload),
+    });
+    let m = runner::record(&opts, |_| {}).await.expect("replay run");
+    assert_eq!(m.schema_version, 3);
+    let cells = list_cells(&replayed).expect("cells");
+    let [(key, dir)] = &cells[..] else {
+        panic!("one replay cell: {cells:?}")
+    };
+    let rows = read_table::<tokentrace_schemas::tables::Replay>(&dir.join("replay.parquet"))
+        .expect("replay rows");
+    let requests = read_table::<Requests>(&dir.join("requests.parquet")).expect("requests");
+    assert_eq!(rows.len(), 20);
+    let mut lags = Vec::new();
+    for row in &rows {
+        assert_eq!(row.offset_ns, row.trace_ns, "time scale 1");
+        let r = requests
+            .iter()
+            .find(|r| r.request_id == row.request_id)
+            .expect("sent");
+        assert_eq!(r.end_reason, EndReason::FinishedLength, "{key}: {r:?}");
+        assert_eq!(
+            r.prompt_tokens_server,
+            Some(row.input_tokens),
+            "{key}: source line {}",
+            row.source_row
+        );
+        assert_eq!(r.completion_tokens_server, Some(4));
+        let sent = r.sent_ns.expect("sent");
+        lags.push(sent - r.scheduled_ns);
+    }
+    let zero = requests
+        .iter()
+        .filter(|r| r.role == Role::Measured)
+        .map(|r| r.scheduled_ns)
+        .min()
+        .expect("due");
+    for row in &rows {
+        let r = requests
+            .iter()
+            .find(|r| r.request_id == row.request_id)
+            .expect("sent");
+        assert_eq!(r.scheduled_ns - zero, row.offset_ns, "due at its trace time");
+    }
+    lags.sort_unstable();
+    let median_ms = lags[lags.len() / 2] as f64 / 1e6;
+    eprintln!(
+        "replay on llama.cpp: 20 requests, schedule lag median {median_ms:.3} ms, max {:.3} ms",
+        lags[lags.len() - 1] as f64 / 1e6
+    );
+    assert!(lags.iter().all(|l| *l >= 0), "none left early");
+    assert!(median_ms < 5.0, "schedule lag median {median_ms} ms");
 
     // A context above what one slot holds (--ctx 4096 over 2 slots: 2,048 tokens) is
     // skipped before any request, with the limit and where it came from; the run's exit
