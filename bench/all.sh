@@ -17,6 +17,8 @@ echo "## recorder accuracy, simulator in the same process (issue 7)"
 "$bin/examples/accuracy_bench" 5 1 10 20 40 100 500 1000
 echo "## rate cells against their schedule (issue 18)"
 bash bench/rate_lag.sh 2000 10 100 1000
+echo "## replay cells against their trace (issue 26)"
+bash bench/replay_lag.sh 2000 100 1000 5000
 echo "## recorder CPU and memory"
 bash bench/recorder.sh 1000 20s 60s
 echo "## re-scoring speed"

@@ -519,7 +519,11 @@ async fn a_real_llama_cpp_server_is_recorded_and_analyzed() {
             .iter()
             .find(|r| r.request_id == row.request_id)
             .expect("sent");
-        assert_eq!(r.scheduled_ns - zero, row.offset_ns, "due at its trace time");
+        assert_eq!(
+            r.scheduled_ns - zero,
+            row.offset_ns,
+            "due at its trace time"
+        );
     }
     lags.sort_unstable();
     let median_ms = lags[lags.len() / 2] as f64 / 1e6;
