@@ -97,6 +97,14 @@ pub fn table(entries: &[Entry]) -> Result<DataFrame> {
                 .map(|(_, c)| c.rate.map(|r| r.per_second()))
                 .collect::<Vec<_>>(),
         ),
+        // A replay cell's number (its `replay=<n>`, the run's replay sources); null for
+        // other cells.
+        Column::new(
+            "replay".into(),
+            rows.iter()
+                .map(|(_, c)| c.replay.map(i64::from))
+                .collect::<Vec<_>>(),
+        ),
         text_column(
             "state",
             rows.iter()

@@ -1446,13 +1446,14 @@ pub(crate) fn cell_notes(c: &CellScore) -> Vec<String> {
 
 /// CSV columns before the figures (the figures follow in [`FIGURES`] order, then
 /// `warnings`).
-const CSV_LEADING: [&str; 8] = [
+const CSV_LEADING: [&str; 9] = [
     "run_id",
     "rules",
     "phase",
     "context",
     "concurrency",
     "rate",
+    "replay",
     "state",
     "verdict",
 ];
@@ -1510,6 +1511,7 @@ fn csv(s: &Scoring) -> String {
             c.context.to_string(),
             c.concurrency.to_string(),
             c.rate.map(|r| r.to_string()).unwrap_or_default(),
+            c.replay.map(|i| i.to_string()).unwrap_or_default(),
             c.state.to_string(),
             verdict,
         ];

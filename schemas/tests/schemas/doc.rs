@@ -137,7 +137,7 @@ fn format_md_lists_every_value() {
 fn the_doc_parser_sees_the_columns() {
     // Guards the test above against a parser that finds nothing and so passes vacuously.
     let doc = documented();
-    assert_eq!(doc.len(), 5);
+    assert_eq!(doc.len(), 6);
     assert!(
         doc["chunks"]
             .iter()

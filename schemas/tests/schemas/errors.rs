@@ -232,15 +232,18 @@ fn json_files_checked() {
     assert!(matches!(err, Error::Missing { .. }), "{err:?}");
     let path = run.join("manifest.json");
     let mut v = serde_json::to_value(synth::manifest("r", &[])).expect("json");
-    v["schema_version"] = 3.into();
+    v["schema_version"] = 4.into();
     std::fs::write(&path, v.to_string()).expect("write");
     let err = Manifest::read(run).expect_err("newer");
     assert!(
-        matches!(err, Error::NewerVersion { found: 3, .. }),
+        matches!(err, Error::NewerVersion { found: 4, .. }),
         "{err:?}"
     );
     assert_names(&err, &path);
-    // Version 2 (a run with burst or rate cells) is read.
+    // Version 3 (a run with replay cells) and 2 (burst or rate cells) are read.
+    v["schema_version"] = 3.into();
+    std::fs::write(&path, v.to_string()).expect("write");
+    Manifest::read(run).expect("version 3 is read");
     v["schema_version"] = 2.into();
     std::fs::write(&path, v.to_string()).expect("write");
     assert_eq!(Manifest::read(run).expect("v2").schema_version, 2);
