@@ -750,7 +750,7 @@ pub async fn record(
         } else {
             None
         };
-        let (plan, tokens) = match &replay_plan {
+        let (mut plan, tokens) = match &replay_plan {
             Some(r) => {
                 // The priming request's prompt shares no block with the workload.
                 let prime = crate::replay::Item {
@@ -778,12 +778,7 @@ pub async fn record(
                         requests: 0,
                         rate: None,
                         variants: None,
-                        preamble: probe_records
-                            .take()
-                            .unwrap_or_default()
-                            .into_iter()
-                            .map(|r| r.with_request_id((i as i64 + 2) * REQUEST_ID_STRIDE - 1))
-                            .collect(),
+                        preamble: Vec::new(),
                         replay: replay_plan.clone(),
                     },
                     key.context,
@@ -851,17 +846,19 @@ pub async fn record(
                         .map_or(DEFAULT_BURST_REQUESTS, |b| b.requests),
                     rate: manifest.config.rate.clone(),
                     variants,
-                    preamble: probe_records
-                        .take()
-                        .unwrap_or_default()
-                        .into_iter()
-                        .map(|r| r.with_request_id((i as i64 + 2) * REQUEST_ID_STRIDE - 1))
-                        .collect(),
+                    preamble: Vec::new(),
                     replay: None,
                 };
                 (plan, tokens)
             }
         };
+        // The probe's records go into the first cell this session records.
+        plan.preamble = probe_records
+            .take()
+            .unwrap_or_default()
+            .into_iter()
+            .map(|r| r.with_request_id((i as i64 + 2) * REQUEST_ID_STRIDE - 1))
+            .collect();
         progress(Progress::CellStart {
             index: i,
             total,

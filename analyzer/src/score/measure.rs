@@ -104,6 +104,21 @@ pub fn prefill(v: &PrefillView, rules: &RuleSet) -> Figures {
     f
 }
 
+/// A request's time between tokens, ns: first to last token event over the tokens the
+/// rule counts after the first; `None` with too few tokens or events.
+fn per_token_ns(a: &TokenAgg, rules: &RuleSet) -> Option<f64> {
+    let denominator = match rules.requests.tbt_denominator {
+        TbtDenominator::TokensMinusOne => a.tokens - 1,
+        TbtDenominator::TokensAfterFirstEvent => a.tokens - a.first_token_tokens,
+    };
+    match (a.first_token_ns, a.last_token_ns) {
+        (Some(first), Some(last)) if denominator > 0 && last > first => {
+            Some((last - first) as f64 / denominator as f64)
+        }
+        _ => None,
+    }
+}
+
 pub fn decode(v: &DecodeView, rules: &RuleSet) -> Figures {
     let (open, close) = (v.open, v.close);
     let window_ns = v.window_ns();
@@ -154,15 +169,7 @@ pub fn decode(v: &DecodeView, rules: &RuleSet) -> Figures {
         {
             ttft.push(ms(first - sent));
         }
-        let denominator = match rules.requests.tbt_denominator {
-            TbtDenominator::TokensMinusOne => a.tokens - 1,
-            TbtDenominator::TokensAfterFirstEvent => a.tokens - a.first_token_tokens,
-        };
-        if let (Some(first), Some(last)) = (a.first_token_ns, a.last_token_ns)
-            && denominator > 0
-            && last > first
-        {
-            let per_token_ns = (last - first) as f64 / denominator as f64;
+        if let Some(per_token_ns) = per_token_ns(a, rules) {
             tbt.push(per_token_ns / 1e6);
             rate.push(1e9 / per_token_ns);
         }
@@ -329,16 +336,7 @@ fn meets_slo(s: &Stream, rules: &RuleSet) -> bool {
     let ttft = first_token(a, rules.ttft.first)
         .zip(r.sent_ns)
         .map(|(f, t)| ms(f - t));
-    let denominator = match rules.requests.tbt_denominator {
-        TbtDenominator::TokensMinusOne => a.tokens - 1,
-        TbtDenominator::TokensAfterFirstEvent => a.tokens - a.first_token_tokens,
-    };
-    let tbt = match (a.first_token_ns, a.last_token_ns) {
-        (Some(first), Some(last)) if denominator > 0 && last > first => {
-            Some((last - first) as f64 / denominator as f64 / 1e6)
-        }
-        _ => None,
-    };
+    let tbt = per_token_ns(a, rules).map(|ns| ns / 1e6);
     let e2e = r.sent_ns.zip(r.end_ns).map(|(t, e)| ms(e - t));
     let within = |limit: Option<f64>, value: Option<f64>, needed: bool| match (limit, value) {
         (None, _) => true,
