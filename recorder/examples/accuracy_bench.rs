@@ -46,6 +46,7 @@ async fn one(streams: u32, window: Duration) -> Result<String, String> {
         addr,
         SimOptions {
             truth_dir: Some(truth.clone()),
+            replay: None,
         },
     )
     .await

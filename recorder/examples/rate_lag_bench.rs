@@ -48,6 +48,7 @@ async fn one(rate: Rate, requests: u32, arrival: Arrival) -> Result<String, Stri
         addr,
         SimOptions {
             truth_dir: Some(truth.clone()),
+            replay: None,
         },
     )
     .await

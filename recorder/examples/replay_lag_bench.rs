@@ -87,6 +87,7 @@ async fn one(rate: Rate, requests: u32) -> Result<String, String> {
         addr,
         SimOptions {
             truth_dir: Some(truth.clone()),
+            replay: None,
         },
     )
     .await

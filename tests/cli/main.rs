@@ -40,6 +40,7 @@ mod record;
 mod refusals;
 mod reparse;
 mod replay;
+mod replay_server;
 mod report;
 mod sim;
 mod store;

@@ -71,6 +71,7 @@ async fn the_trace_agrees_with_the_simulators_ground_truth() {
         addr,
         SimOptions {
             truth_dir: Some(truth_dir.path().to_path_buf()),
+            replay: None,
         },
     )
     .await

@@ -113,6 +113,7 @@ async fn figures_agree_with_the_simulators_ground_truth() {
         addr,
         SimOptions {
             truth_dir: Some(truth_dir.clone()),
+            replay: None,
         },
     )
     .await
@@ -284,6 +285,7 @@ async fn burst_and_rate_cells_agree_with_the_simulators_ground_truth() {
         addr,
         SimOptions {
             truth_dir: Some(truth_dir.clone()),
+            replay: None,
         },
     )
     .await
@@ -572,7 +574,7 @@ async fn without_server_metrics_the_client_side_evidence_is_used_and_said() {
     let sim = SimServer::start_with(
         Profile::load("tiny").expect("tiny"),
         addr,
-        SimOptions { truth_dir: None },
+        SimOptions::default(),
     )
     .await
     .expect("sim");
