@@ -351,6 +351,15 @@ pub struct Figures {
     /// … and the share of the window's ticks later than the rule's `late_tick_ms`.
     #[serde(default)]
     pub client_late_tick_share: Option<f64>,
+    /// Decode (closed loop): the most requests sent in one 10 ms slice of the window
+    /// (slices counted from its open). Closed-loop streams that finish in one server
+    /// step are sent again together; a burst of them waits in the server's socket queue.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sends_per_10ms_max: Option<i64>,
+    /// … and the index of dispersion of requests sent per 10 ms slice (variance over
+    /// mean): 1 for Poisson arrivals, above 1 for bursts; null with fewer than two sends.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub send_dispersion: Option<f64>,
     /// Decode: the GPUs' mean power draw over the window, watts, all GPUs together
     /// (from their energy counters, else their power samples); null without GPU
     /// telemetry.

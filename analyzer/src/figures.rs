@@ -111,6 +111,9 @@ const BOTH: &[Phase] = &[
 /// Every phase whose cells stream many requests (decode, burst, rate, replay).
 const DECODE: &[Phase] = &[Phase::Decode, Phase::Burst, Phase::Rate, Phase::Replay];
 
+/// Closed-loop cells (decode): a request is sent when another ends.
+const CLOSED_LOOP: &[Phase] = &[Phase::Decode];
+
 const fn column(header: &'static str, show: Show, phases: &'static [Phase]) -> Option<Column> {
     Some(Column {
         header,
@@ -170,6 +173,20 @@ pub const FIGURES: &[Figure] = &[
         compared: true,
         column: column("Average active requests", Show::Decimal1, DECODE),
         read: |f| Value::Number(f.active_requests),
+    },
+    Figure {
+        name: "sends_per_10ms_max",
+        csv: "sends_per_10ms_max",
+        compared: true,
+        column: column("Most sends in 10 ms", Show::Thousands, CLOSED_LOOP),
+        read: |f| Value::Count(f.sends_per_10ms_max),
+    },
+    Figure {
+        name: "send_dispersion",
+        csv: "send_dispersion",
+        compared: true,
+        column: None,
+        read: |f| Value::Number(f.send_dispersion),
     },
     Figure {
         name: "active_source",

@@ -348,7 +348,10 @@ pub fn html_with_traces(s: &Scoring, traces: &BTreeMap<CellKey, CellTrace>) -> S
     let _ = writeln!(
         o,
         "<h2>All measurements</h2>\n<p>Latencies are medians. Total tok/s is output across \
-         all simultaneous requests. Click a column to sort.</p>\n\
+         all simultaneous requests. Most sends in 10 ms is a closed-loop cell's burstiness: \
+         streams that finish in one server step are sent again together and wait in the \
+         server's socket queue (the index of dispersion is in the JSON and CSV: 1 for \
+         Poisson arrivals). Click a column to sort.</p>\n\
          <table class=\"sortable\" id=\"measurements\">\n<thead><tr>"
     );
     for h in &headers {

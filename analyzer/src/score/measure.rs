@@ -191,6 +191,15 @@ pub fn decode(v: &DecodeView, rules: &RuleSet) -> Figures {
         .filter(|s| is_finished(s.info) && s.info.end_ns.is_some_and(|e| v.in_window(e)))
         .count() as i64;
 
+    if v.key.phase == Phase::Decode {
+        let sends: Vec<i64> = v
+            .streams
+            .iter()
+            .filter_map(|s| s.info.sent_ns)
+            .filter(|&t| t >= open && t < close)
+            .collect();
+        (f.sends_per_10ms_max, f.send_dispersion) = burstiness(&sends, open, close);
+    }
     let client_active = {
         let busy: i64 = v
             .streams
@@ -208,6 +217,38 @@ pub fn decode(v: &DecodeView, rules: &RuleSet) -> Figures {
         _ => (client_active, Some("client".to_string())),
     };
     f
+}
+
+/// Width of the slices sends are counted in.
+const SEND_SLICE_NS: i64 = 10_000_000;
+
+/// Requests sent per 10 ms slice of `[open, close)`: the most in one slice, and the
+/// index of dispersion (variance over mean of the counts, every slice counted, empty
+/// ones too); both null with no sends, the dispersion null with fewer than two.
+fn burstiness(sends: &[i64], open: i64, close: i64) -> (Option<i64>, Option<f64>) {
+    if sends.is_empty() || close <= open {
+        return (None, None);
+    }
+    let slices = usize::try_from((close - open + SEND_SLICE_NS - 1) / SEND_SLICE_NS).unwrap_or(0);
+    let mut counts = vec![0i64; slices.max(1)];
+    for &t in sends {
+        let i = usize::try_from((t - open) / SEND_SLICE_NS).unwrap_or(0);
+        if let Some(c) = counts.get_mut(i) {
+            *c += 1;
+        }
+    }
+    let max = counts.iter().copied().max();
+    if sends.len() < 2 {
+        return (max, None);
+    }
+    let n = counts.len() as f64;
+    let mean = counts.iter().sum::<i64>() as f64 / n;
+    let var = counts
+        .iter()
+        .map(|&c| (c as f64 - mean).powi(2))
+        .sum::<f64>()
+        / n;
+    (max, (mean > 0.0).then(|| var / mean))
 }
 
 /// The figures of a burst or rate cell: the decode figures over its span (every
@@ -346,4 +387,24 @@ fn meets_slo(s: &Stream, rules: &RuleSet) -> bool {
     within(slo.ttft_ms, ttft, true)
         && within(slo.time_between_tokens_ms, tbt, false)
         && within(slo.e2e_latency_ms, e2e, true)
+}
+
+#[cfg(test)]
+mod burstiness_tests {
+    use super::burstiness;
+
+    #[test]
+    fn sends_together_are_a_burst_and_evenly_spread_ones_are_not() {
+        let ms = 1_000_000;
+        // 100 ms, ten slices: four sends in the first 10 ms, none after.
+        let (max, d) = burstiness(&[0, 1, 2 * ms, 9 * ms], 0, 100 * ms);
+        assert_eq!(max, Some(4));
+        // counts [4, 0 × 9]: mean 0.4, variance 1.44, dispersion 3.6.
+        assert!((d.expect("dispersion") - 3.6).abs() < 1e-9, "{d:?}");
+        // One per slice: no dispersion at all.
+        let even: Vec<i64> = (0..10).map(|i| i * 10 * ms + ms).collect();
+        assert_eq!(burstiness(&even, 0, 100 * ms), (Some(1), Some(0.0)));
+        assert_eq!(burstiness(&[], 0, 100 * ms), (None, None));
+        assert_eq!(burstiness(&[5 * ms], 0, 100 * ms), (Some(1), None));
+    }
 }
