@@ -97,6 +97,9 @@ fn run() -> Result<String, String> {
 
     let (mut ttft_err, mut gap_err, mut reply) = (Vec::new(), Vec::new(), Vec::new());
     let (mut request_side, mut intake) = (Vec::new(), Vec::new());
+    // Send → the kernel's receive timestamp, and the wait from there in the socket queue
+    // until the simulator read it (empty where the platform gives no timestamps).
+    let (mut to_kernel, mut socket_queue) = (Vec::new(), Vec::new());
     let (mut measured, mut matched) = (0, 0);
     for r in requests.iter().filter(|r| r.role == Role::Measured) {
         measured += 1;
@@ -120,6 +123,10 @@ fn run() -> Result<String, String> {
         if let Some(read) = t.read_ns {
             request_side.push((read - zero) - sent);
             intake.push(t.arrived_ns - read);
+            if let Some(rx) = t.kernel_rx_ns {
+                to_kernel.push((rx - zero) - sent);
+                socket_queue.push(read - rx);
+            }
         }
         // Consecutive token events, matched by position among token events.
         for (wp, ap) in w.windows(2).zip(a.windows(2)) {
@@ -136,6 +143,8 @@ fn run() -> Result<String, String> {
         &mut reply,
         &mut request_side,
         &mut intake,
+        &mut to_kernel,
+        &mut socket_queue,
     ] {
         v.sort_unstable();
     }
@@ -165,7 +174,7 @@ fn run() -> Result<String, String> {
     let cores =
         cpu_s / (cpu.last().map_or(0, |x| x.0) - cpu.first().map_or(0, |x| x.0)) as f64 * 1e9;
     Ok(format!(
-        "| {label} | {} | {matched}/{measured} | {:.2} / {:.2} / {:.1} | {over_100ms} | {:.3} / {:.2} / {:.1} | {:.2} / {:.2} | {:.2} / {:.2} | {:.2} / {:.2} | {events_in} | {cpu_s:.2} ({cores:.2} cores) | {per_100k:.2} |",
+        "| {label} | {} | {matched}/{measured} | {:.2} / {:.2} / {:.1} | {over_100ms} | {:.3} / {:.2} / {:.1} | {:.2} / {:.2} ({:.2} / {:.2} to the kernel, {:.2} / {:.2} in the socket queue) | {:.2} / {:.2} | {:.2} / {:.2} | {events_in} | {cpu_s:.2} ({cores:.2} cores) | {per_100k:.2} |",
         key.concurrency,
         pct(&ttft_err, 0.5),
         pct(&ttft_err, 0.99),
@@ -175,6 +184,10 @@ fn run() -> Result<String, String> {
         pct(&gap_err, 1.0),
         pct(&request_side, 0.5),
         pct(&request_side, 0.99),
+        pct(&to_kernel, 0.5),
+        pct(&to_kernel, 0.99),
+        pct(&socket_queue, 0.5),
+        pct(&socket_queue, 0.99),
         pct(&intake, 0.5),
         pct(&intake, 0.99),
         pct(&reply, 0.5),
