@@ -121,7 +121,7 @@ fn pace(rx: &std::sync::mpsc::Receiver<(Instant, tokio::sync::oneshot::Sender<()
 /// What went wrong reading a recorded run.
 #[derive(Debug, thiserror::Error)]
 pub enum ReplayError {
-    #[error("{0}")]
+    #[error(transparent)]
     Trace(#[from] tokentrace_schemas::Error),
     #[error("{run}: no cell has a recorded request to serve back")]
     Empty { run: PathBuf },
