@@ -1,7 +1,8 @@
 //! The replay server: run A recorded against the simulator, served back by
 //! `tokentrace sim --replay A` in a process of its own, recorded again as run B with the
-//! same matrix: every decode cell's total tok/s and TTFT within 3% of A's, the same
-//! verdicts (a queued cell included, whose evidence is the replayed `/metrics`).
+//! same matrix: every decode cell's total tok/s and TTFT p99 within 3% of A's, its
+//! median TTFT too where the cell did not queue, the same verdicts (a queued cell
+//! included, whose evidence is the replayed `/metrics`).
 
 use std::path::Path;
 use std::process::{Child, Command, Output, Stdio};
@@ -148,7 +149,13 @@ fn a_run_served_back_records_the_same_matrix() {
             fa.0, fb.0, fa.1, fb.1, fa.2, fb.2, fa.3, fb.3
         );
         assert!(close(fa.0, fb.0), "{key:?} total tok/s: {fa:?} vs {fb:?}");
-        assert!(close(fa.1, fb.1), "{key:?} TTFT: {fa:?} vs {fb:?}");
+        // In a queued closed-loop cell, a request's TTFT is its place in the server's
+        // queue (here 250 ms or about 1 s: two modes), and the median is whichever mode
+        // the window's middle request fell in; the suite's load on two cores moves a send
+        // or two across the window's edge (584 against 657 ms once in CI). Its p99 holds.
+        if fa.3 != "requests_queued" {
+            assert!(close(fa.1, fb.1), "{key:?} TTFT: {fa:?} vs {fb:?}");
+        }
         assert!(close(fa.2, fb.2), "{key:?} TTFT p99: {fa:?} vs {fb:?}");
         assert_eq!(fa.3, fb.3, "{key:?} verdict");
     }
