@@ -172,7 +172,7 @@ struct CellInfo {
 /// One cell's captured bytes and scrapes.
 #[derive(Debug, Default)]
 struct CellData {
-    /// Per request: each socket read's gap from the send, and its bytes.
+    /// Per request: each socket read's arrival on the recording's clock, and its bytes.
     frames: HashMap<i64, Vec<(i64, Bytes)>>,
     /// Scrapes as Prometheus text, by scrape start on the recording's clock.
     scrapes: Vec<(i64, String)>,
@@ -501,27 +501,19 @@ fn groups(recorded: Vec<(u32, u32, Rec)>) -> Vec<Group> {
         .collect()
 }
 
-/// Reads one cell's raw capture and metrics.
+/// Reads one cell's raw capture and metrics (the send times that turn arrivals into
+/// gaps are the `Rec`s', read once by `Recording::load`).
 fn read_cell(dir: &Path) -> Result<CellData, String> {
-    let requests =
-        read_table::<Requests>(&dir.join(table_file::<Requests>())).map_err(|e| e.to_string())?;
-    let sent: HashMap<i64, i64> = requests
-        .iter()
-        .filter_map(|r| Some((r.request_id, r.sent_ns?)))
-        .collect();
     let mut frames: HashMap<i64, Vec<(i64, Bytes)>> = HashMap::new();
     let raw = dir.join(RAW_FILE);
     if raw.is_file() {
         let reader = RawReader::open(&raw).map_err(|e| e.to_string())?;
         for frame in reader {
             let frame = frame.map_err(|e| e.to_string())?;
-            let Some(&s) = sent.get(&frame.request_id) else {
-                continue;
-            };
             frames
                 .entry(frame.request_id)
                 .or_default()
-                .push(((frame.arrival_ns - s).max(0), Bytes::from(frame.bytes)));
+                .push((frame.arrival_ns, Bytes::from(frame.bytes)));
         }
     }
     let metrics = dir.join(table_file::<Metrics>());
@@ -616,7 +608,7 @@ impl Answer {
             )
                 .into_response();
         }
-        let open_end = self.rec.open_end;
+        let (open_end, sent) = (self.rec.open_end, self.rec.sent_ns);
         let recording = self.recording.clone();
         let body = futures_util::stream::unfold(0usize, move |i| {
             let next = frames.get(i).cloned();
@@ -624,7 +616,7 @@ impl Answer {
             async move {
                 match next {
                     Some((at, bytes)) => {
-                        recording.pacer.until(arrived + gap(at)).await;
+                        recording.pacer.until(arrived + gap(at - sent)).await;
                         Some((Ok::<Bytes, std::io::Error>(bytes), i + 1))
                     }
                     None if open_end => {
