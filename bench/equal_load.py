@@ -12,14 +12,18 @@ Matching:
   server_request_id), measured requests of the rate cell.
 - vllm-bench keeps no response id (its result JSON holds per-request arrays in request
   order: ttfts, itls, start_times, output_lens, errors): its successful requests sorted
-  by start_time are matched with the truth's requests sorted by read_ns (the connection's
-  read of the request). Soundness checks printed: equal counts, and the spread of
-  (truth read − tool send) after removing its median, which a swapped pair would widen
-  by the gap between the two sends.
+  by start_time are matched with the truth's requests sorted by their arrival: the
+  kernel's receive stamp (kernel_rx_ns) where the simulator has it, else read_ns (the
+  connection's read of the request, which the server's own queue can reorder).
+  Soundness checks printed: equal counts, and the spread of (truth arrival − tool send)
+  after removing its median, which a swapped pair would widen by the gap between the two
+  sends.
 
 Figures (ns kept until printed; p50 / p99 nearest rank; errors signed, tool − truth):
 - TTFT error = tool TTFT − (truth first token-event write − truth read_ns); also
-  against the simulator's handler start (arrived_ns), as bench/accuracy.sh does; and,
+  against the kernel's receive of the request (kernel_rx_ns: what the simulator's socket
+  queue held it for is the server's time, not the client's error), against the
+  simulator's handler start (arrived_ns), as bench/accuracy.sh does; and,
   needing no pairing at all, the tool's TTFT p50 (p99) − the truth's p50 (p99) over
   the same requests.
 - inter-token error = |tool gap − truth written gap| between consecutive token events,
@@ -70,6 +74,12 @@ FIRST_WRITE = {}
 
 def first_write(t):
     return FIRST_WRITE.get(t["request_id"])
+
+
+def arrival(t):
+    """When the request reached the server: the kernel's receive stamp where the
+    simulator has one, else its read of the request, else the handler's start."""
+    return t.get("kernel_rx_ns") or t["read_ns"] or t["arrived_ns"]
 
 
 def read_truth(truth):
@@ -123,7 +133,7 @@ def order_match_check(matched):
     """What matching by send order (vllm-bench's only way) would have done to the same
     requests: how many it pairs with the wrong truth row, and the TTFT error it gives."""
     by_send = sorted(matched, key=lambda m: m[1])
-    by_read = sorted((m[0] for m in matched), key=lambda t: t["read_ns"] or t["arrived_ns"])
+    by_read = sorted((m[0] for m in matched), key=arrival)
     wrong, err = 0, []
     for m, t in zip(by_send, by_read):
         wrong += t is not m[0]
@@ -149,21 +159,20 @@ def vllm_bench_requests(result, truth_rows, schedule):
          f" failed={d.get('failed')}, input_lens {sorted(set(d['input_lens']))}"
          f", output_lens {sorted(set(d['output_lens']))}")
     ok.sort(key=lambda i: d["start_times"][i])
-    gen = sorted(truth_rows, key=lambda r: (r["read_ns"] or r["arrived_ns"]))
+    gen = sorted(truth_rows, key=arrival)
     if len(gen) != len(ok):
         note(f"  MISMATCH: truth has {len(gen)} requests, vllm-bench {len(ok)} successful:"
              " the order match is not sound")
     pairs = list(zip(gen, ok))
     # Send → read on two clocks: constant offset + latency; the residual around the
     # median shows swapped pairs (a swap moves both by the gap between their sends).
-    skew = sorted((t["read_ns"] or t["arrived_ns"]) - round(d["start_times"][i] * 1e9)
-                  for t, i in pairs)
+    skew = sorted(arrival(t) - round(d["start_times"][i] * 1e9) for t, i in pairs)
     med = skew[len(skew) // 2]
     res = sorted(abs(s - med) for s in skew)
     starts = sorted(d["start_times"][i] for i in ok)
     gaps = sorted(round((b - a) * 1e9) for a, b in zip(starts, starts[1:]))
     close = sum(1 for g in gaps if g < pct(res, 0.99) * 1e6)
-    note(f"  order match: |truth read - send - median| ms p50 {pct(res, .5):.3f} p99 "
+    note(f"  order match: |truth arrival - send - median| ms p50 {pct(res, .5):.3f} p99 "
          f"{pct(res, .99):.3f} max {pct(res, 1):.3f}; send gaps ms p1 {pct(gaps, .01):.3f}"
          f" p50 {pct(gaps, .5):.3f}; {close} consecutive sends closer than that p99")
     out = []
@@ -221,13 +230,15 @@ def main():
     else:
         matched, sent = vllm_bench_requests(a.result, truth_rows, a.schedule)
 
-    ttft_read, ttft_arr, gap, lag, n_tok_mismatch = [], [], [], [], 0
+    ttft_read, ttft_kernel, ttft_arr, gap, lag, n_tok_mismatch = [], [], [], [], [], 0
     for t, _, ttft, arr, lg in matched:
         w = [x[1] for x in written.get(t["request_id"], [])]
         if not w:
             continue
         if t["read_ns"] is not None:
             ttft_read.append(ttft - (w[0] - t["read_ns"]))
+        if t.get("kernel_rx_ns") is not None:
+            ttft_kernel.append(ttft - (w[0] - t["kernel_rx_ns"]))
         ttft_arr.append(ttft - (w[0] - t["arrived_ns"]))
         if len(arr) != len(w):
             n_tok_mismatch += 1
@@ -256,7 +267,8 @@ def main():
     written_all = [x[1] for v in written.values() for x in v]
     cpu_s, events, per_100k = cpu_window(a.cpu, start, end, written_all)
     lag_s = trio(lag) if lag else "n/a"
-    print(f"| {a.tool} | {a.rate} | {len(matched)}/{sent} | {trio(ttft_read)} | "
+    kernel = trio(ttft_kernel) if ttft_kernel else "n/a"
+    print(f"| {a.tool} | {a.rate} | {len(matched)}/{sent} | {trio(ttft_read)} | {kernel} | "
           f"{duo(ttft_arr, '{:.2f} / {:.2f}')} | {q_err} | {duo(gap)} | {lag_s} | {events} | "
           f"{cpu_s:.2f} | {per_100k:.2f} | {a.rss_kb / 1024:.0f} |")
 

@@ -43,8 +43,8 @@ overflows() {
        for (i = 1; i <= NF; i++) if (k[i] == "ListenOverflows") print $i }' /proc/net/netstat
 }
 echo "## machine: $(nproc) vCPU, $(uname -sr); 1K prompts, 100 output tokens, Poisson arrivals"
-echo "| tool | rate req/s | requests matched | TTFT error ms p50 / p99 / max (vs simulator read) | TTFT error ms p50 / p99 (vs handler start) | TTFT quantile error ms p50 / p99 (unpaired) | inter-token error ms p50 / p99 | schedule lag ms p50 / p99 / max | token events in CPU window | tool CPU s | CPU s per 100K events | max RSS MiB |"
-echo "|---|---:|---:|---|---|---|---|---|---:|---:|---:|---:|"
+echo "| tool | rate req/s | requests matched | TTFT error ms p50 / p99 / max (vs simulator read) | TTFT error ms p50 / p99 / max (vs kernel receive) | TTFT error ms p50 / p99 (vs handler start) | TTFT quantile error ms p50 / p99 (unpaired) | inter-token error ms p50 / p99 | schedule lag ms p50 / p99 / max | token events in CPU window | tool CPU s | CPU s per 100K events | max RSS MiB |"
+echo "|---|---:|---:|---|---|---|---|---|---|---:|---:|---:|---:|"
 for rate in "${rates[@]}"; do
   n=${REQUESTS:-$(( rate * 20 > 400 ? rate * 20 : 400 ))}
   for tool in "${tools[@]}"; do

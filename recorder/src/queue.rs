@@ -3,7 +3,9 @@
 //! loopback speed, a 100,000-series scrape), so what waits between network and disk stays
 //! under [`QUEUE_BYTES`] whatever the server sends. A sender waits for room.
 
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
+use std::thread::Thread;
+use std::time::Duration;
 
 use tokio::sync::{Semaphore, mpsc};
 
@@ -26,17 +28,20 @@ pub fn queue(records: usize, bytes: usize) -> (Sender, Receiver) {
     let bytes = bytes.clamp(1, u32::MAX as usize);
     let (tx, rx) = mpsc::channel(records.max(1));
     let room = Arc::new(Semaphore::new(bytes));
+    let writer = Arc::new(OnceLock::new());
     (
         Sender {
             tx,
             room: room.clone(),
             most: u32::try_from(bytes).unwrap_or(u32::MAX),
+            writer: writer.clone(),
         },
         Receiver {
             rx,
             room,
             most: bytes,
             freed: 0,
+            writer,
         },
     )
 }
@@ -48,10 +53,14 @@ pub struct Sender {
     room: Arc<Semaphore>,
     /// The whole budget: a record heavier than it takes all of it.
     most: u32,
+    /// The thread that parks in [`Receiver::park`], once it has.
+    writer: Arc<OnceLock<Thread>>,
 }
 
 impl Sender {
     /// Queues `r` once there is room for it.
+    /// The parked writer is woken when the queue is half full (so a burst never waits for
+    /// room while the writer sleeps) or on [`Record::Commit`] (so a cell ends promptly).
     pub async fn send(&self, r: Record) -> Result<(), Closed> {
         let w = u32::try_from(weight(&r)).unwrap_or(u32::MAX).min(self.most);
         if w > 0 {
@@ -61,7 +70,29 @@ impl Sender {
                 .map_err(|_| Closed)?
                 .forget();
         }
-        self.tx.send(r).await.map_err(|_| Closed)
+        let commit = matches!(r, Record::Commit);
+        self.tx.send(r).await.map_err(|_| Closed)?;
+        if commit
+            || self.tx.capacity() < self.tx.max_capacity() / 2
+            || self.room.available_permits() < self.most as usize / 2
+        {
+            if let Some(t) = self.writer.get() {
+                t.unpark();
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Drop for Sender {
+    /// The last sender gone wakes the writer, which then finds the queue done. (Two last
+    /// senders dropped at once may both miss it; the writer's sleep then ends it.)
+    fn drop(&mut self) {
+        if Arc::strong_count(&self.writer) <= 2 {
+            if let Some(t) = self.writer.get() {
+                t.unpark();
+            }
+        }
     }
 }
 
@@ -83,6 +114,7 @@ pub struct Receiver {
     most: usize,
     /// Room taken back from records but not yet given to the senders.
     freed: usize,
+    writer: Arc<OnceLock<Thread>>,
 }
 
 impl Receiver {
@@ -116,6 +148,13 @@ impl Receiver {
                 Some(r)
             }
         }
+    }
+
+    /// Parks the calling thread for at most `most`, or until a sender finds the queue half
+    /// full or sends [`Record::Commit`]. Only one thread may park on a queue.
+    pub fn park(&self, most: Duration) {
+        self.writer.get_or_init(std::thread::current);
+        std::thread::park_timeout(most);
     }
 
     fn release(&mut self) {
