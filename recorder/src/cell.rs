@@ -26,9 +26,9 @@ use crate::pace::{AfterRefusal, GaveUp, Pacer};
 use crate::{queue, scrape};
 
 /// How long the writer thread sleeps when the queue is empty, unless a sender finds it
-/// half full or commits the cell. Each wake-up is a context switch whatever the rate (at
-/// 5 ms they were a fifth of the recorder's CPU at 20 req/s); the queue's bounds, not
-/// this period, cap memory.
+/// half full or commits the cell. Each wake-up is a context switch whatever the rate (a
+/// 5 ms poll cost 5% of the recorder's whole-run CPU at 20 req/s, BENCHMARKS.md); the
+/// queue's bounds, not this period, cap memory.
 pub const WRITER_POLL: Duration = Duration::from_millis(50);
 /// Period of the tick whose lateness measures the recorder's own delay. Any stall longer
 /// than it shows; a shorter one costs wake-ups that are themselves client load.

@@ -72,13 +72,12 @@ impl Sender {
         }
         let commit = matches!(r, Record::Commit);
         self.tx.send(r).await.map_err(|_| Closed)?;
-        if commit
+        if (commit
             || self.tx.capacity() < self.tx.max_capacity() / 2
-            || self.room.available_permits() < self.most as usize / 2
+            || self.room.available_permits() < self.most as usize / 2)
+            && let Some(t) = self.writer.get()
         {
-            if let Some(t) = self.writer.get() {
-                t.unpark();
-            }
+            t.unpark();
         }
         Ok(())
     }
@@ -88,10 +87,10 @@ impl Drop for Sender {
     /// The last sender gone wakes the writer, which then finds the queue done. (Two last
     /// senders dropped at once may both miss it; the writer's sleep then ends it.)
     fn drop(&mut self) {
-        if Arc::strong_count(&self.writer) <= 2 {
-            if let Some(t) = self.writer.get() {
-                t.unpark();
-            }
+        if Arc::strong_count(&self.writer) <= 2
+            && let Some(t) = self.writer.get()
+        {
+            t.unpark();
         }
     }
 }
