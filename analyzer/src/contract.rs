@@ -28,6 +28,35 @@ pub struct Scoring {
     pub metrics: Preset,
     pub run: RunInfo,
     pub cells: Vec<CellScore>,
+    /// Per context with rate cells: the server's capacity and the SLO's knee, as the
+    /// rate report states them (absent without rate cells).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub rate_capacity: Vec<RateCapacity>,
+}
+
+/// A rate cell's `capacity` label: it offered more than its context's capacity …
+pub const CAPACITY_ABOVE: &str = "above";
+/// … or not.
+pub const CAPACITY_WITHIN: &str = "within";
+
+/// One context's rate cells judged together: where completed requests level off, and
+/// the highest rate meeting the SLO within that.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RateCapacity {
+    pub context: u32,
+    /// Completed requests per second at the server's capacity: the highest a rate cell
+    /// of this context completed, when some cell is saturated (it completed fewer than
+    /// the rule's `saturated_share` of what its schedule offered; an `inf` cell always
+    /// is); null when none is.
+    pub capacity_req_s: Option<f64>,
+    /// The rate of the cell that completed the most (null with no capacity).
+    pub capacity_rate: Option<Rate>,
+    /// The highest rate that meets the SLO within the capacity, every lower rate too;
+    /// null without an SLO or when the lowest rate misses it.
+    pub knee: Option<Rate>,
+    /// The first rate that misses the SLO or lies above the capacity (null when none).
+    pub first_miss: Option<Rate>,
 }
 
 /// What the manifest says about the run.
@@ -375,6 +404,16 @@ pub struct Figures {
     /// Rate: the offered rate, requests per second (null for `inf`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub offered_rate: Option<f64>,
+    /// Rate: the rate the cell's own schedule offered, requests per second: measured
+    /// requests − 1 over the span of their scheduled times (a seeded Poisson schedule
+    /// of 1 req/s may offer 0.74); null with fewer than two requests or for `inf`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub schedule_rate: Option<f64>,
+    /// Rate: where the cell stands against its context's capacity: `above` (it offered
+    /// more than the capacity: its queue grew with every request) or `within`; null when
+    /// no cell of its context saturated the server (so no capacity was found).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub capacity: Option<String>,
     /// Rate: how late each measured request left after its scheduled time
     /// (`sent_ns − scheduled_ns`), ms: the client's lag, and the wait for a place under
     /// `max_concurrency`.

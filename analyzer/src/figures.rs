@@ -280,6 +280,20 @@ pub const FIGURES: &[Figure] = &[
         read: |f| Value::Number(f.offered_rate),
     },
     Figure {
+        name: "schedule_rate",
+        csv: "schedule_rate",
+        compared: false,
+        column: None,
+        read: |f| Value::Number(f.schedule_rate),
+    },
+    Figure {
+        name: "capacity",
+        csv: "capacity",
+        compared: false,
+        column: None,
+        read: |f| Value::Text(f.capacity.clone()),
+    },
+    Figure {
         name: "schedule_lag_ms",
         csv: "schedule_lag_ms_p99",
         compared: true,

@@ -7,10 +7,11 @@ use std::collections::BTreeSet;
 use std::fmt::Write as _;
 
 use tokentrace_schemas::column::StrEnum;
-use tokentrace_schemas::layout::Phase;
+use tokentrace_schemas::layout::{Phase, Rate};
 
 use crate::contract::{
-    CellScore, ColdRequest, Evidence, Figures, LoopEvidence, Scoring, Verdict, Warning,
+    CAPACITY_ABOVE, CellScore, ColdRequest, Evidence, Figures, LoopEvidence, Scoring, Verdict,
+    Warning,
 };
 use crate::figures::{Column, FIGURES, Figure};
 use crate::numbers::{context_label, fixed, ms_whole, rate, thousands};
@@ -972,11 +973,6 @@ pub(crate) fn replay_table(s: &Scoring) -> Option<Table> {
     Some(Table { headers, rows })
 }
 
-/// A rate cell that completed less than this share of its offered rate saturated the
-/// server (an arrival schedule of N requests also completes a little below its rate,
-/// for the last requests' latency stretches the span).
-const SATURATED_SHARE: f64 = 0.8;
-
 /// One context's latency-versus-rate curve: its table (one row per offered rate) and
 /// the line naming its knee.
 pub(crate) struct RateCurve {
@@ -1030,35 +1026,20 @@ pub(crate) fn rate_curves(s: &Scoring) -> Vec<RateCurve> {
             ]
             .map(str::to_string)
             .to_vec();
-            // Saturation: the highest completed rate, when a cell offered well above it
-            // (an `inf` cell always does). An offered rate above that capacity cannot be
-            // served in a steady state: its queue grows with every request, so its
-            // latencies say how long the cell was, and it is never the knee.
-            let achieved = |c: &&CellScore| shown(c).and_then(|f| f.request_rate);
-            let saturated = row_cells.iter().any(|c| {
-                c.rate.zip(achieved(c)).is_some_and(|(r, a)| {
-                    r.is_inf() || a < SATURATED_SHARE * r.per_second()
-                })
-            });
-            let capacity = row_cells
-                .iter()
-                .filter_map(|c| achieved(c).map(|a| (a, *c)))
-                .max_by(|a, b| a.0.total_cmp(&b.0))
-                .filter(|_| saturated);
+            // The capacity and the knee are the scoring's (`score/capacity.rs`).
+            let judged = s.rate_capacity.iter().find(|r| r.context == ctx);
             let above = |c: &CellScore| {
-                capacity.is_some_and(|(a, _)| {
-                    c.rate.is_some_and(|r| r.is_inf() || r.per_second() > a)
-                })
+                c.figures.as_ref().and_then(|f| f.capacity.as_deref()) == Some(CAPACITY_ABOVE)
             };
             let met = |c: &CellScore| c.figures.as_ref().and_then(|f| f.slo_met) == Some(true);
-            // The knee: the highest rate met within the capacity, every lower rate too.
-            let knee_cell = row_cells
-                .iter()
-                .copied()
-                .take_while(|c| met(c) && !above(c))
-                .last();
-            let first_miss = row_cells.iter().copied().find(|c| !met(c) || above(c));
-            let knee_rate = knee_cell.and_then(|k| k.rate);
+            let at_rate = |r: Option<Rate>| {
+                r.and_then(|r| row_cells.iter().copied().find(|c| c.rate == Some(r)))
+            };
+            let knee_rate = judged.and_then(|j| j.knee);
+            let knee_cell = at_rate(knee_rate);
+            let first_miss = at_rate(judged.and_then(|j| j.first_miss));
+            let capacity = judged
+                .and_then(|j| j.capacity_req_s.zip(at_rate(j.capacity_rate)));
             let mut points = Vec::new();
             let rows = row_cells
                 .iter()

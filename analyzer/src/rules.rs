@@ -10,14 +10,19 @@ use tokentrace_schemas::column::StrEnum;
 use crate::error::{Error, Result};
 
 /// The built-in rule sets: (name, version, TOML text).
-pub const BUILTIN: [(&str, &str, &str); 6] = [
+pub const BUILTIN: [(&str, &str, &str); 7] = [
     (
         "reference",
         "0.6.2",
         include_str!("../rules/reference-0.6.2.toml"),
     ),
     // Newest first: `default` without a version is the newest.
-    ("default", "1.4.0", include_str!("../rules/default.toml")),
+    ("default", "1.5.0", include_str!("../rules/default.toml")),
+    (
+        "default",
+        "1.4.0",
+        include_str!("../rules/default-1.4.0.toml"),
+    ),
     (
         "default",
         "1.3.0",
@@ -323,9 +328,20 @@ pub struct SloRules {
     pub time_between_tokens_ms: Option<f64>,
     /// Most end-to-end latency, ms.
     pub e2e_latency_ms: Option<f64>,
+    /// A rate cell is saturated when it completed fewer requests per second than this
+    /// share of the rate its own schedule offered (new in default 1.5.0; absent: 0.8,
+    /// the share the report used before it was a rule).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub saturated_share: Option<f64>,
 }
 
 impl SloRules {
+    /// The share of its offered rate below which a rate cell's completions mean the
+    /// server is saturated.
+    pub fn saturated_share(&self) -> f64 {
+        self.saturated_share.unwrap_or(0.8)
+    }
+
     /// Whether the rule set has an SLO to judge.
     pub fn is_set(&self) -> bool {
         self.percentile.is_some()
@@ -459,6 +475,13 @@ impl RuleSet {
             .find(|p| !(0.0..=100.0).contains(*p))
         {
             return Err(bad(format!("stats.percentiles: {p} is not within 0–100")));
+        }
+        if let Some(x) = self.slo.saturated_share
+            && !(x > 0.0 && x <= 1.0)
+        {
+            return Err(bad(format!(
+                "slo.saturated_share: {x} is not within (0, 1]"
+            )));
         }
         if self.looped.min_cycles < 2 || self.looped.suspect_min_cycles < 2 {
             return Err(bad("looped: cycles must be at least 2".to_string()));

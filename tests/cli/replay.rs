@@ -337,7 +337,7 @@ fn a_mooncake_trace_reaches_the_prefix_cache_as_it_describes() {
     tokentrace(&["rescore", run, "--rules", strict.to_str().expect("p")]);
     let diff = tokentrace(&[
         "diff",
-        &format!("{run}/results/default@1.4.0.json"),
+        &format!("{run}/results/default@1.5.0.json"),
         &format!("{run}/results/strict@1.json"),
     ]);
     assert!(

@@ -535,7 +535,7 @@ async fn burst_and_rate_cells_agree_with_the_simulators_ground_truth() {
     ]);
     let said = cli(&[
         "diff",
-        out.join("results/default@1.4.0.json")
+        out.join("results/default@1.5.0.json")
             .to_str()
             .expect("utf-8"),
         out.join("results/tight-slo@1.json")
@@ -567,6 +567,95 @@ async fn burst_and_rate_cells_agree_with_the_simulators_ground_truth() {
 
 /// A server whose metrics cannot be read is recorded and analyzed with client-side
 /// evidence only, and the report says so.
+/// One-token answers (`--max-tokens 1`): a burst cell and a rate cell keep every
+/// request's TTFT and E2E latency (they agree with the simulator's within 1%); only the
+/// figures that need two tokens (time between tokens, per-request tok/s) are empty, and
+/// the rate cell's SLO is judged on what the requests have (the rule's minimum of tokens
+/// once removed them from every figure: "no requests to judge").
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_token_answers_keep_their_ttft_and_e2e() {
+    use tokentrace_schemas::Rate;
+    use tokentrace_schemas::manifest::RateConfig;
+    use tokentrace_schemas::schedule::Arrival;
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let profile_path = tmp.path().join("truth-open.toml");
+    std::fs::write(&profile_path, open_profile()).expect("profile");
+    let truth_dir = tmp.path().join("truth");
+    std::fs::create_dir_all(&truth_dir).expect("mkdir");
+    let addr: SocketAddr = "127.0.0.1:0".parse().expect("addr");
+    let sim = SimServer::start_with(
+        Profile::load(profile_path.to_str().expect("utf-8")).expect("profile"),
+        addr,
+        SimOptions {
+            truth_dir: Some(truth_dir.clone()),
+            replay: None,
+        },
+    )
+    .await
+    .expect("sim");
+    let out = tmp.path().join("run");
+    let opts = RecordOptions {
+        contexts: vec![512],
+        concurrency: vec![2],
+        max_tokens: 1,
+        modes: vec![runner::Mode::Burst, runner::Mode::Rate],
+        burst_requests: 4,
+        rate: Some(RateConfig {
+            rates: vec![Rate::parse("4").expect("rate")],
+            arrival: Arrival::Constant,
+            seed: 11,
+            requests: Some(4),
+            duration_ns: None,
+            max_concurrency: None,
+        }),
+        ..options(sim.url(), &out)
+    };
+    let manifest = runner::record(&opts, |_| {}).await.expect("recorded");
+    let (stats, _) = sim.stop().expect("truth on");
+    stats.expect("truth written");
+    let zero = manifest.clock.monotonic_at_zero_ns.expect("clock anchor");
+    let truth_requests =
+        read_table::<TruthRequests>(&truth_dir.join("truth_requests.parquet")).expect("truth");
+    let ended: BTreeMap<&str, i64> = truth_requests
+        .iter()
+        .map(|r| (r.server_request_id.as_str(), r.ended_ns - zero))
+        .collect();
+    let s = score_dir(&out, &RuleSet::builtin("default").expect("rules")).expect("scored");
+    let mut compared = 0;
+    for (key, dir) in list_cells(&out).expect("cells") {
+        let cell = s.cells.iter().find(|c| c.key() == key).expect("scored");
+        let f = cell.figures.as_ref().expect("figures");
+        let requests = read_table::<Requests>(&dir.join("requests.parquet")).expect("requests");
+        let measured: Vec<_> = requests
+            .iter()
+            .filter(|r| r.role == Role::Measured)
+            .collect();
+        assert_eq!(measured.len(), 4, "{key}");
+        assert_eq!(f.requests_scored, 4, "{key}");
+        assert!(f.ttft_ms.median.is_some_and(|t| t > 0.0), "{key}: {f:?}");
+        let e2e: Vec<f64> = measured
+            .iter()
+            .map(|r| {
+                let end = ended[r.server_request_id.as_deref().expect("server id")];
+                (end - r.sent_ns.expect("sent")) as f64 / 1e6
+            })
+            .collect();
+        within_1pct(
+            &format!("{key}: E2E median ms"),
+            f.e2e_latency_ms.median.expect("e2e"),
+            median(e2e),
+        );
+        assert_eq!(f.time_between_tokens_ms.median, None, "{key}");
+        assert_eq!(f.per_request_tok_s.median, None, "{key}");
+        if key.phase == Phase::Rate {
+            // p99 TTFT ≤ 2 s holds (a 200 ms prefill); no time between tokens to judge.
+            assert_eq!(f.slo_met, Some(true), "{key}: {:?}", f.slo_misses);
+        }
+        compared += 1;
+    }
+    assert_eq!(compared, 2);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn without_server_metrics_the_client_side_evidence_is_used_and_said() {
     let tmp = tempfile::tempdir().expect("tempdir");

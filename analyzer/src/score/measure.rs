@@ -63,8 +63,9 @@ pub fn is_cold(r: &RequestInfo, rules: &RuleSet) -> bool {
     })
 }
 
-/// The streams the per-request figures are taken over: in the request scope, with at
-/// least the rule's minimum of tokens.
+/// The streams the per-request figures are taken over: those in the request scope that
+/// streamed a token. (The rule's minimum of tokens gates only the figures that need two
+/// tokens: see [`per_token_ns`]. A one-token answer has a TTFT and an E2E latency.)
 pub fn scored<'v, 'a>(
     v: &'v DecodeView<'a>,
     rules: &'v RuleSet,
@@ -78,7 +79,7 @@ pub fn scored<'v, 'a>(
                 s.info.sent_ns.is_some_and(|t| t < close) && s.info.end_ns.is_none_or(|e| e >= open)
             }
         })
-        .filter(|s| s.tokens.tokens >= i64::from(rules.requests.min_tokens))
+        .filter(|s| s.tokens.tokens > 0)
 }
 
 /// The scout's TTFT, ns, under the TTFT rule.
@@ -107,6 +108,9 @@ pub fn prefill(v: &PrefillView, rules: &RuleSet) -> Figures {
 /// A request's time between tokens, ns: first to last token event over the tokens the
 /// rule counts after the first; `None` with too few tokens or events.
 fn per_token_ns(a: &TokenAgg, rules: &RuleSet) -> Option<f64> {
+    if a.tokens < i64::from(rules.requests.min_tokens) {
+        return None;
+    }
     let denominator = match rules.requests.tbt_denominator {
         TbtDenominator::TokensMinusOne => a.tokens - 1,
         TbtDenominator::TokensAfterFirstEvent => a.tokens - a.first_token_tokens,
@@ -261,6 +265,9 @@ pub fn open(v: &DecodeView, rules: &RuleSet) -> Figures {
     if let Some(rate) = v.key.rate {
         f.offered_rate = (!rate.is_inf()).then(|| rate.per_second());
     }
+    if v.key.phase == Phase::Rate {
+        f.schedule_rate = schedule_rate(v);
+    }
     if matches!(v.key.phase, Phase::Rate | Phase::Replay) {
         let lag = v
             .streams
@@ -270,6 +277,19 @@ pub fn open(v: &DecodeView, rules: &RuleSet) -> Figures {
         f.schedule_lag_ms = summary(lag, rules);
     }
     f
+}
+
+/// The rate a rate cell's schedule offered: its measured requests − 1 over the span of their
+/// scheduled times; `None` with fewer than two requests or all at once (`inf`).
+fn schedule_rate(v: &DecodeView) -> Option<f64> {
+    let times: Vec<i64> = v
+        .streams
+        .iter()
+        .filter(|s| s.info.role == tokentrace_schemas::tables::Role::Measured)
+        .map(|s| s.info.scheduled_ns)
+        .collect();
+    let span = times.iter().max()? - times.iter().min()?;
+    (times.len() > 1 && span > 0).then(|| (times.len() - 1) as f64 / (span as f64 / 1e9))
 }
 
 /// Whether a rate cell meets the rule set's SLO, and each limit it missed; `None` when
@@ -298,21 +318,25 @@ pub fn slo(
     if verdict != Verdict::Valid {
         misses.push(format!("the cell is {}, not Valid", verdict.label()));
     }
-    for (name, limit, values) in [
-        ("TTFT", slo.ttft_ms, &f.ttft_ms),
+    // As for one request (`meets_slo`): a cell of one-token answers has no time between
+    // tokens, which does not count against it; TTFT and E2E latency every request has.
+    for (name, limit, values, needed) in [
+        ("TTFT", slo.ttft_ms, &f.ttft_ms, true),
         (
             "time between tokens",
             slo.time_between_tokens_ms,
             &f.time_between_tokens_ms,
+            f.requests_scored == 0,
         ),
-        ("E2E latency", slo.e2e_latency_ms, &f.e2e_latency_ms),
+        ("E2E latency", slo.e2e_latency_ms, &f.e2e_latency_ms, true),
     ] {
         let Some(limit) = limit else { continue };
         let value = values.percentiles.get(&format!("p{p}")).copied();
         match value {
             Some(x) if x <= limit => {}
             Some(x) => misses.push(format!("p{p} {name} {x:.1} ms > {limit} ms")),
-            None => misses.push(format!("p{p} {name}: no requests to judge")),
+            None if needed => misses.push(format!("p{p} {name}: no requests to judge")),
+            None => {}
         }
     }
     (Some(misses.is_empty()), misses)

@@ -2,6 +2,7 @@
 //! once (`view.rs`), measured (`measure.rs`), and judged by the verdict rules
 //! (`verdicts.rs`) and the warning rules (`warnings.rs`), one function per rule.
 
+mod capacity;
 mod measure;
 mod verdicts;
 mod view;
@@ -132,6 +133,8 @@ pub fn score_loaded(run: &Run, rules: &RuleSet) -> Result<(Scoring, load::Loaded
             }
         }
     }
+    let mut cells: Vec<CellScore> = cells.into_values().collect();
+    let rate_capacity = capacity::judge(&mut cells, rules);
     let scoring = Scoring {
         format: FORMAT.to_string(),
         format_version: FORMAT_VERSION,
@@ -162,7 +165,8 @@ pub fn score_loaded(run: &Run, rules: &RuleSet) -> Result<(Scoring, load::Loaded
             rate: m.config.rate.clone(),
             replay: m.config.replay.clone(),
         },
-        cells: cells.into_values().collect(),
+        cells,
+        rate_capacity,
     };
     Ok((scoring, loaded))
 }

@@ -19,7 +19,7 @@ fn built_in_sets_load_by_name_and_version() {
     // default 1.0.0 stays as it was: no cache checks.
     let old = RuleSet::builtin("default@1.0.0").expect("default 1.0.0");
     assert_eq!(old.cache, Default::default());
-    assert_eq!(RuleSet::builtin("default").expect("d").version, "1.4.0");
+    assert_eq!(RuleSet::builtin("default").expect("d").version, "1.5.0");
     // default 1.2.0 stays as it was: no SLO.
     let before_slo = RuleSet::builtin("default@1.2.0").expect("default 1.2.0");
     assert_eq!(before_slo.slo, Default::default());
