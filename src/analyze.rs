@@ -26,7 +26,7 @@ pub struct ReportArgs {
     /// page with each run's matrix and ratio heat maps against the first.
     #[arg(required = true)]
     pub runs: Vec<PathBuf>,
-    /// Rule set: a TOML file, or a built-in name (default, reference, reference@0.6.2).
+    /// Rule set: a TOML file, or a built-in name (default, reference, reference@0.6.2, default@1.4.0).
     #[arg(long, default_value = DEFAULT_RULES)]
     pub rules: String,
     /// Output format: md (the reference layout), json (the full scoring), csv, or html
@@ -45,7 +45,7 @@ pub struct RescoreArgs {
     /// RUN/results/<name>@<version>.json (in the store, for a URL).
     #[arg(required = true)]
     pub runs: Vec<PathBuf>,
-    /// Rule set: a TOML file, or a built-in name (default, reference, reference@0.6.2).
+    /// Rule set: a TOML file, or a built-in name (default, reference, reference@0.6.2, default@1.4.0).
     #[arg(long, default_value = DEFAULT_RULES)]
     pub rules: String,
 }

@@ -1,6 +1,7 @@
 //! Rule sets: every methodological choice of the analyzer (which TTFT, which requests,
 //! which median, when a cell is queued or looped) as a named, versioned TOML document.
-//! Two are built in (`reference` 0.6.2 and `default`); a file may extend one of them.
+//! Two are built in (`reference`, llm-inference-bench 0.6.2 as its code computes, and
+//! `default`), each with its earlier versions; a file may extend one of them.
 
 use std::path::{Path, PathBuf};
 
@@ -10,7 +11,13 @@ use tokentrace_schemas::column::StrEnum;
 use crate::error::{Error, Result};
 
 /// The built-in rule sets: (name, version, TOML text).
-pub const BUILTIN: [(&str, &str, &str); 7] = [
+pub const BUILTIN: [(&str, &str, &str); 8] = [
+    // Newest first: a name without a version is its newest.
+    (
+        "reference",
+        "0.6.2-r2",
+        include_str!("../rules/reference.toml"),
+    ),
     (
         "reference",
         "0.6.2",
@@ -112,6 +119,25 @@ pub enum ActiveSource {
     Client,
 }
 
+/// What a decode cell's "per request tok/s" is.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PerRequest {
+    /// The median over the scored requests of each one's own decode speed (1 / its time
+    /// between tokens).
+    #[default]
+    MedianOfRequests,
+    /// The cell's total tok/s divided by its concurrency (the reference tool's table);
+    /// open-loop cells, with no concurrency, keep the median of the requests.
+    TotalOverConcurrency,
+}
+
+impl PerRequest {
+    fn is_default(&self) -> bool {
+        *self == PerRequest::default()
+    }
+}
+
 /// Which requests an error must come from to invalidate the cell.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -163,6 +189,10 @@ pub struct RequestRules {
     pub scope: RequestScope,
     pub min_tokens: u32,
     pub tbt_denominator: TbtDenominator,
+    /// What "per request tok/s" is (new in reference 0.6.2-r2; absent: the median of the
+    /// requests' own speeds).
+    #[serde(default, skip_serializing_if = "PerRequest::is_default")]
+    pub per_request: PerRequest,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -8,7 +8,7 @@ use tokentrace_schemas::tables::EndReason;
 use super::view::{DecodeView, PrefillView, Stream};
 use crate::contract::{Figures, Summary, Verdict};
 use crate::load::{RequestInfo, TokenAgg};
-use crate::rules::{ActiveSource, FirstToken, RequestScope, RuleSet, TbtDenominator};
+use crate::rules::{ActiveSource, FirstToken, PerRequest, RequestScope, RuleSet, TbtDenominator};
 use crate::stats;
 
 pub fn ms(ns: i64) -> f64 {
@@ -186,7 +186,16 @@ pub fn decode(v: &DecodeView, rules: &RuleSet) -> Figures {
     f.requests_scored = count;
     f.ttft_ms = summary(ttft, rules);
     f.time_between_tokens_ms = summary(tbt, rules);
-    f.per_request_tok_s = summary(rate, rules);
+    f.per_request_tok_s = match rules.requests.per_request {
+        // One figure per closed-loop cell: its median, no spread. Open-loop cells have no
+        // concurrency to divide by: the median of the requests' own speeds.
+        PerRequest::TotalOverConcurrency if v.key.concurrency > 0 => Summary {
+            n: count,
+            median: f.total_tok_s.map(|t| t / f64::from(v.key.concurrency)),
+            ..Summary::default()
+        },
+        _ => summary(rate, rules),
+    };
     f.e2e_latency_ms = summary(e2e, rules);
     f.itl_ms = summary(v.gaps.iter().map(|x| ms(*x)).collect(), rules);
     f.completed_requests = v

@@ -56,25 +56,28 @@ fn figures_match_a_row_by_row_computation() {
             .filter(|c| c.request_id == r.request_id)
             .collect();
         let n: i64 = mine.iter().filter_map(|c| c.tokens).map(i64::from).sum();
+        if n < 1 {
+            continue;
+        }
+        // reference (0.6.2-r2): TTFT to the first event with answer or reasoning text.
+        let text = |t: &Option<String>| t.as_deref().is_some_and(|t| !t.is_empty());
+        let first_text = mine
+            .iter()
+            .filter(|c| text(&c.content) || text(&c.reasoning))
+            .map(|c| c.arrival_ns)
+            .min()
+            .expect("text");
+        let sent = r.sent_ns.expect("sent");
+        ttft.push((first_text - sent) as f64 / 1e6);
         if n < 2 {
             continue;
         }
-        // reference@0.6.2: TTFT to the first event with answer text (not reasoning).
-        let first_content = mine
-            .iter()
-            .filter(|c| c.content.as_deref().is_some_and(|t| !t.is_empty()))
-            .map(|c| c.arrival_ns)
-            .min()
-            .expect("content");
-        let sent = r.sent_ns.expect("sent");
-        ttft.push((first_content - sent) as f64 / 1e6);
         let (first, last) = (
             r.first_token_ns.expect("first"),
             r.last_token_ns.expect("last"),
         );
         tbt.push((last - first) as f64 / (n - 1) as f64 / 1e6);
     }
-    let rates: Vec<f64> = tbt.iter().map(|t| 1000.0 / t).collect();
     let completed = requests
         .iter()
         .filter(|r| {
@@ -102,9 +105,10 @@ fn figures_match_a_row_by_row_computation() {
         f.time_between_tokens_ms.median.expect("tbt"),
         median(tbt).expect("tbt")
     ));
+    // Per request, as the reference tool's table: total tok/s ÷ concurrency.
     assert!(close(
         f.per_request_tok_s.median.expect("rate"),
-        median(rates).expect("rate")
+        tokens as f64 / window_s / 4.0
     ));
     assert_eq!(f.completed_requests, completed);
     // The synthetic server gauge says 4 running throughout.
@@ -141,11 +145,16 @@ fn the_rule_set_chooses_the_ttft_and_the_denominator() {
     };
     let (reference, default) = (figures("reference"), figures("default"));
     // The synthetic streams reason first: the first content arrives ~1,024 tokens later.
-    let (r, d) = (
+    // The first reading of the reference (0.6.2) counted TTFT to it; the reference's code
+    // (0.6.2-r2) and the default count the first token of either channel.
+    let first_reading = figures("reference@0.6.2");
+    let (c, r, d) = (
+        first_reading.ttft_ms.median.expect("ttft"),
         reference.ttft_ms.median.expect("ttft"),
         default.ttft_ms.median.expect("ttft"),
     );
-    assert!(r > d + 1000.0, "content TTFT {r} vs first-text TTFT {d}");
+    assert!(c > d + 1000.0, "content TTFT {c} vs first-text TTFT {d}");
+    assert_eq!(r, d);
     // (last − first) / (n − 4) against / (n − 1): a longer time per token.
     let (r, d) = (
         reference.time_between_tokens_ms.median.expect("tbt"),

@@ -1,0 +1,69 @@
+#!/usr/bin/env bash
+# tokentrace's `--rules reference` beside the reference tool itself (llm-inference-bench),
+# on the same simulator profile (reference-h200x4, a fresh simulator per tool), the same
+# matrix, the chat endpoint both use, and each tool's own figures per cell side by side
+# with their ratios (bench/parity.py).
+#
+# Nothing is fetched: the reference tool's snapshot (its llm_decode_bench.py) and a
+# Python that has httpx and rich are given by path. It runs headless: plain display, no
+# hardware monitor, stdin from /dev/null, and an unreachable https_proxy so that its
+# self-update check fails at once. It exits 0 even when it collected nothing, so its
+# JSON file is what is checked.
+#   REFBENCH=path/to/llm_decode_bench.py REFBENCH_PYTHON=path/to/python \
+#     bash bench/parity.sh [CONTEXTS=1k] [CONCURRENCY=1,4] [DURATION_S=10]
+#   (NO_BUILD=1 uses the built binaries; KEEP_WORK=1 keeps the work folder.)
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+: "${REFBENCH:?set REFBENCH to the llm_decode_bench.py of the reference tool}"
+: "${REFBENCH_PYTHON:?set REFBENCH_PYTHON to a python with httpx and rich}"
+contexts=${1:-1k}
+concurrency=${2:-1,4}
+duration=${3:-10}
+if [ -z "${NO_BUILD:-}" ]; then
+  cargo build --release --quiet -p tokentrace -p tokentrace-recorder
+fi
+bin=${CARGO_TARGET_DIR:-target}/release
+work=$(mktemp -d)
+sim=
+if [ -n "${KEEP_WORK:-}" ]; then
+  echo "keeping $work" >&2
+  trap '[ -n "$sim" ] && kill $sim 2>/dev/null' EXIT
+else
+  trap '[ -n "$sim" ] && kill $sim 2>/dev/null; rm -rf "$work"' EXIT
+fi
+start_sim() {
+  port=$((20000 + RANDOM % 20000))
+  "$bin/tokentrace" sim --profile reference-h200x4 --listen "127.0.0.1:$port" > "$work/sim-$1.log" 2>&1 &
+  sim=$!
+  for _ in $(seq 100); do curl -sf "http://127.0.0.1:$port/health" > /dev/null && break; sleep 0.1; done
+  url=http://127.0.0.1:$port
+  model=$(curl -sf "$url/v1/models" | python3 -c 'import json,sys; print(json.load(sys.stdin)["data"][0]["id"])')
+}
+stop_sim() { kill "$sim" 2>/dev/null || true; wait "$sim" 2>/dev/null || true; sim=; }
+
+# The reference tool: its prefill at the matrix's contexts only, no hidden warm-up cell,
+# prompts of the exact length (`--token-targeting exact` searches each through the
+# server's /tokenize; its default estimate, from one 8K calibration request, sent 1,473
+# tokens for 1K here), no calibration cache carried between runs.
+start_sim reference
+echo "[reference tool] $url ($model): contexts $contexts, concurrency $concurrency, ${duration}s" >&2
+env https_proxy=http://127.0.0.1:9 HTTPS_PROXY=http://127.0.0.1:9 \
+  NO_PROXY=127.0.0.1,localhost no_proxy=127.0.0.1,localhost COLUMNS=200 \
+  "$REFBENCH_PYTHON" "$REFBENCH" --host "$url" --model "$model" --contexts "$contexts" \
+  --concurrency "$concurrency" --duration "$duration" --display-mode plain --no-hw-monitor \
+  --prefill-contexts "$contexts" --decode-warmup-seconds 0 --no-calibration-cache \
+  --token-targeting exact \
+  --output "$work/reference.json" < /dev/null > "$work/reference.log" 2>&1 || true
+stop_sim
+[ -s "$work/reference.json" ] || { echo "the reference tool wrote no results:" >&2; tail -20 "$work/reference.log" >&2; exit 1; }
+
+# tokentrace: the same matrix (K = 1,024 tokens, as the reference's k), chat endpoint.
+start_sim tokentrace
+echo "[tokentrace] $url ($model)" >&2
+"$bin/tokentrace-record" --target "$url" --out "$work/run" --endpoint chat \
+  --contexts "$(echo "$contexts" | tr 'k' 'K')" --concurrency "$concurrency" \
+  --duration "${duration}s" --gpu-telemetry off > "$work/tokentrace.log" 2>&1
+stop_sim
+"$bin/tokentrace" report "$work/run" --rules reference --format json --out "$work/tokentrace.json"
+
+python3 bench/parity.py --reference "$work/reference.json" --tokentrace "$work/tokentrace.json"
