@@ -2,7 +2,10 @@
 # tokentrace's `--rules reference` beside the reference tool itself (llm-inference-bench),
 # on the same simulator profile (reference-h200x4, a fresh simulator per tool), the same
 # matrix, the chat endpoint both use, and each tool's own figures per cell side by side
-# with their ratios (bench/parity.py).
+# with their ratios (bench/parity.py); and, from each simulator's ground truth, the
+# server's own TTFT of each tool's requests (first token written − the kernel's receive
+# of the request), so that a TTFT gap between the tools can be told apart as one tool's
+# client or the load it put on the server.
 #
 # Nothing is fetched: the reference tool's snapshot (its llm_decode_bench.py) and a
 # Python that has httpx and rich are given by path. It runs headless: plain display, no
@@ -33,13 +36,15 @@ else
 fi
 start_sim() {
   port=$((20000 + RANDOM % 20000))
-  "$bin/tokentrace" sim --profile reference-h200x4 --listen "127.0.0.1:$port" > "$work/sim-$1.log" 2>&1 &
+  "$bin/tokentrace" sim --profile reference-h200x4 --listen "127.0.0.1:$port" \
+    --ground-truth "$work/truth-$1" > "$work/sim-$1.log" 2>&1 &
   sim=$!
   for _ in $(seq 100); do curl -sf "http://127.0.0.1:$port/health" > /dev/null && break; sleep 0.1; done
   url=http://127.0.0.1:$port
   model=$(curl -sf "$url/v1/models" | python3 -c 'import json,sys; print(json.load(sys.stdin)["data"][0]["id"])')
 }
-stop_sim() { kill "$sim" 2>/dev/null || true; wait "$sim" 2>/dev/null || true; sim=; }
+# Ctrl-C: the simulator writes its ground truth out and stops.
+stop_sim() { kill -INT "$sim" 2>/dev/null || true; wait "$sim" 2>/dev/null || true; sim=; }
 
 # The reference tool: its prefill at the matrix's contexts only, no hidden warm-up cell,
 # prompts of the exact length (`--token-targeting exact` searches each through the
@@ -66,4 +71,6 @@ echo "[tokentrace] $url ($model)" >&2
 stop_sim
 "$bin/tokentrace" report "$work/run" --rules reference --format json --out "$work/tokentrace.json"
 
-python3 bench/parity.py --reference "$work/reference.json" --tokentrace "$work/tokentrace.json"
+python3 bench/parity.py --reference "$work/reference.json" --tokentrace "$work/tokentrace.json" \
+  --truth-reference "$work/truth-reference" --truth-tokentrace "$work/truth-tokentrace" \
+  --run "$work/run"
