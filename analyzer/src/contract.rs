@@ -352,6 +352,22 @@ pub struct Figures {
     /// Requests the per-request figures are taken over.
     pub requests_scored: usize,
     pub ttft_ms: Summary,
+    /// Time to the first reasoning token, ms, of the scored requests that reasoned
+    /// (absent when none streamed reasoning) …
+    #[serde(default, skip_serializing_if = "Summary::is_empty")]
+    pub ttft_reasoning_ms: Summary,
+    /// … and to the first content token ("time to first output token"), of those that
+    /// streamed content; `ttft_ms` is the rule set's choice of the two (or the first
+    /// chunk).
+    #[serde(default, skip_serializing_if = "Summary::is_empty")]
+    pub ttft_content_ms: Summary,
+    /// Reasoning tokens per scored request (the tokens of its events with reasoning
+    /// text) …
+    #[serde(default, skip_serializing_if = "Summary::is_empty")]
+    pub reasoning_tokens: Summary,
+    /// … and their share of the scored requests' output tokens (null without output).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reasoning_share: Option<f64>,
     pub time_between_tokens_ms: Summary,
     pub per_request_tok_s: Summary,
     /// Gaps between consecutive token events inside the window (inter-chunk latency).

@@ -43,6 +43,10 @@ pub struct TokenAgg {
     pub first_content_ns: Option<i64>,
     /// First event with answer or reasoning text.
     pub first_text_ns: Option<i64>,
+    /// First event with reasoning text.
+    pub first_reasoning_ns: Option<i64>,
+    /// Tokens of the events that carried reasoning text (the recorded count).
+    pub reasoning_tokens: i64,
     /// First event carrying tokens, and how many it carried.
     pub first_token_ns: Option<i64>,
     pub first_token_tokens: i64,
@@ -524,6 +528,14 @@ fn load_chunks(run: &Run, chunks: LazyFrame, out: &mut Loaded) -> Result<()> {
                 .min()
                 .alias("first_text"),
             col("arrival_ns")
+                .filter(nonempty("reasoning"))
+                .min()
+                .alias("first_reasoning"),
+            col("tokens")
+                .filter(nonempty("reasoning"))
+                .sum()
+                .alias("reasoning_tokens"),
+            col("arrival_ns")
                 .filter(has_tokens.clone())
                 .min()
                 .alias("first_token"),
@@ -555,6 +567,8 @@ fn load_chunks(run: &Run, chunks: LazyFrame, out: &mut Loaded) -> Result<()> {
         c.i64("first_content")?,
         c.i64("first_text")?,
     );
+    let (first_reasoning, reasoning_tokens) =
+        (c.i64("first_reasoning")?, c.i64("reasoning_tokens")?);
     let (first_token, first_tokens, last_token) = (
         c.i64("first_token")?,
         c.i64("first_token_tokens")?,
@@ -575,6 +589,8 @@ fn load_chunks(run: &Run, chunks: LazyFrame, out: &mut Loaded) -> Result<()> {
                 first_chunk_ns: first_chunk[i],
                 first_content_ns: first_content[i],
                 first_text_ns: first_text[i],
+                first_reasoning_ns: first_reasoning[i],
+                reasoning_tokens: reasoning_tokens[i].unwrap_or(0),
                 first_token_ns: first_token[i],
                 first_token_tokens: first_tokens[i].unwrap_or(0),
                 last_token_ns: last_token[i],

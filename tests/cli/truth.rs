@@ -243,6 +243,127 @@ async fn figures_agree_with_the_simulators_ground_truth() {
     assert_eq!(compared, 4);
 }
 
+/// A model that reasons first (4 reasoning tokens, then content), on the chat endpoint:
+/// the time to the first reasoning token and to the first content token agree within 1%
+/// with the simulator's writes of the first and the fifth token events, and the reasoning
+/// tokens per request and their share of the output are the truth's exactly.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reasoning_and_content_times_agree_with_the_simulators_ground_truth() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let profile_path = tmp.path().join("truth-reasoning.toml");
+    let profile = PROFILE
+        .replace("name = \"truth\"", "name = \"truth-reasoning\"")
+        .replace("reasoning_tokens = 0", "reasoning_tokens = 4");
+    assert!(profile.contains("reasoning_tokens = 4"), "{profile}");
+    std::fs::write(&profile_path, profile).expect("profile");
+    let truth_dir = tmp.path().join("truth");
+    std::fs::create_dir_all(&truth_dir).expect("mkdir");
+    let addr: SocketAddr = "127.0.0.1:0".parse().expect("addr");
+    let sim = SimServer::start_with(
+        Profile::load(profile_path.to_str().expect("utf-8")).expect("profile"),
+        addr,
+        SimOptions {
+            truth_dir: Some(truth_dir.clone()),
+            replay: None,
+        },
+    )
+    .await
+    .expect("sim");
+    let out = tmp.path().join("run");
+    let opts = RecordOptions {
+        endpoint: Endpoint::Chat,
+        contexts: vec![512],
+        concurrency: vec![2],
+        window: Duration::from_secs(2),
+        max_tokens: 8,
+        ..options(sim.url(), &out)
+    };
+    runner::record(&opts, |_| {}).await.expect("recorded");
+    let (stats, _) = sim.stop().expect("truth on");
+    stats.expect("truth written");
+    let truth_requests =
+        read_table::<TruthRequests>(&truth_dir.join("truth_requests.parquet")).expect("truth");
+    let truth_chunks =
+        read_table::<TruthChunks>(&truth_dir.join("truth_chunks.parquet")).expect("truth");
+    let mut written: BTreeMap<i64, Vec<(i32, i64)>> = BTreeMap::new();
+    for c in truth_chunks.iter().filter(|c| c.tokens.unwrap_or(0) > 0) {
+        // One token an event (no speculative decoding in this profile).
+        assert_eq!(c.tokens, Some(1));
+        written
+            .entry(c.request_id)
+            .or_default()
+            .push((c.seq, c.written_ns));
+    }
+    for v in written.values_mut() {
+        v.sort_unstable();
+    }
+    let by_sid: BTreeMap<&str, i64> = truth_requests
+        .iter()
+        .map(|r| (r.server_request_id.as_str(), r.request_id))
+        .collect();
+    // The reference rule set scores every warm-up and measured request of the cell.
+    let rules = RuleSet::builtin("reference").expect("rules");
+    let s = score_dir(&out, &rules).expect("scored");
+    let (key, dir) = list_cells(&out)
+        .expect("cells")
+        .into_iter()
+        .find(|(k, _)| k.phase == Phase::Decode)
+        .expect("decode cell");
+    let f = s
+        .cells
+        .iter()
+        .find(|c| c.key() == key)
+        .and_then(|c| c.figures.clone())
+        .expect("figures");
+    let requests = read_table::<Requests>(&dir.join("requests.parquet")).expect("requests");
+    let (mut reasoning_at, mut content_at, mut reasoning) = (Vec::new(), Vec::new(), Vec::new());
+    let (mut reasoning_sum, mut token_sum) = (0usize, 0usize);
+    for r in requests
+        .iter()
+        .filter(|r| matches!(r.role, Role::Warmup | Role::Measured))
+    {
+        let id = by_sid[r.server_request_id.as_deref().expect("server id")];
+        let w = written.get(&id).map(Vec::as_slice).unwrap_or_default();
+        if w.is_empty() {
+            continue;
+        }
+        let sent = r.sent_ns.expect("sent") + f_zero(&out);
+        reasoning_at.push((w[0].1 - sent) as f64 / 1e6);
+        if let Some(c) = w.get(4) {
+            content_at.push((c.1 - sent) as f64 / 1e6);
+        }
+        reasoning.push(w.len().min(4) as f64);
+        reasoning_sum += w.len().min(4);
+        token_sum += w.len();
+    }
+    within_1pct(
+        "time to first reasoning token, median ms",
+        f.ttft_reasoning_ms.median.expect("reasoning"),
+        median(reasoning_at),
+    );
+    within_1pct(
+        "time to first content token, median ms",
+        f.ttft_content_ms.median.expect("content"),
+        median(content_at),
+    );
+    // Under the reference rule set TTFT is the first token of either channel.
+    assert_eq!(f.ttft_ms.median, f.ttft_reasoning_ms.median);
+    assert_eq!(f.reasoning_tokens.median, Some(median(reasoning)));
+    assert_eq!(
+        f.reasoning_share,
+        Some(reasoning_sum as f64 / token_sum as f64)
+    );
+}
+
+/// The run's clock zero on the monotonic clock (the simulator's truth is on the latter).
+fn f_zero(run: &std::path::Path) -> i64 {
+    tokentrace_schemas::manifest::Manifest::read(run)
+        .expect("manifest")
+        .clock
+        .monotonic_at_zero_ns
+        .expect("clock anchor")
+}
+
 /// Burst and rate cells: the same server with fast steps (20 ms) and prefills (200 ms),
 /// so that a request takes about half a second.
 fn open_profile() -> String {

@@ -160,6 +160,9 @@ pub fn decode(v: &DecodeView, rules: &RuleSet) -> Figures {
         _ => None,
     };
     let (mut ttft, mut tbt, mut rate, mut e2e) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    let (mut ttft_reasoning, mut ttft_content, mut reasoning) =
+        (Vec::new(), Vec::new(), Vec::new());
+    let (mut reasoning_sum, mut token_sum) = (0i64, 0i64);
     let mut count = 0;
     // Burst and rate cells measure the wait a user sees, a cold prefill included; a
     // decode cell's TTFT may leave cold requests out (the rule's choice).
@@ -173,6 +176,17 @@ pub fn decode(v: &DecodeView, rules: &RuleSet) -> Figures {
         {
             ttft.push(ms(first - sent));
         }
+        if let Some(sent) = r.sent_ns {
+            if let Some(t) = a.first_reasoning_ns {
+                ttft_reasoning.push(ms(t - sent));
+            }
+            if let Some(t) = a.first_content_ns {
+                ttft_content.push(ms(t - sent));
+            }
+        }
+        reasoning.push(a.reasoning_tokens as f64);
+        reasoning_sum += a.reasoning_tokens;
+        token_sum += a.tokens;
         if let Some(per_token_ns) = per_token_ns(a, rules) {
             tbt.push(per_token_ns / 1e6);
             rate.push(1e9 / per_token_ns);
@@ -185,6 +199,10 @@ pub fn decode(v: &DecodeView, rules: &RuleSet) -> Figures {
     }
     f.requests_scored = count;
     f.ttft_ms = summary(ttft, rules);
+    f.ttft_reasoning_ms = summary(ttft_reasoning, rules);
+    f.ttft_content_ms = summary(ttft_content, rules);
+    f.reasoning_tokens = summary(reasoning, rules);
+    f.reasoning_share = (token_sum > 0).then(|| reasoning_sum as f64 / token_sum as f64);
     f.time_between_tokens_ms = summary(tbt, rules);
     f.per_request_tok_s = match rules.requests.per_request {
         // One figure per closed-loop cell: its median, no spread. Open-loop cells have no
