@@ -442,14 +442,18 @@ pub struct Figures {
     /// be judged.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub slo_misses: Vec<String>,
-    /// Replay: requests per second over the cell's span that met every limit of the
-    /// rule set's SLO on their own (their TTFT, time between tokens and E2E latency);
-    /// null without an SLO …
+    /// Goodput: requests per second over the cell's window that met every limit of the
+    /// rule set's SLO on their own (their TTFT, time between tokens and E2E latency), of
+    /// those judged (a decode cell's requests that ended inside its window; an open
+    /// cell's measured requests); null without an SLO …
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub goodput: Option<f64>,
-    /// … and how many requests did.
+    /// … how many requests did …
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub goodput_requests: Option<usize>,
+    /// … and their share of the requests judged (null with none judged).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub goodput_share: Option<f64>,
     /// Replay: prompt tokens the server said it served from its prefix cache, over the
     /// workload's sent requests that reported it …
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -344,8 +344,15 @@ pub const FIGURES: &[Figure] = &[
         name: "goodput",
         csv: "goodput",
         compared: true,
-        column: None,
+        column: column("Goodput req/s", Show::Rate, DECODE),
         read: |f| Value::Number(f.goodput),
+    },
+    Figure {
+        name: "goodput_share",
+        csv: "goodput_share",
+        compared: true,
+        column: None,
+        read: |f| Value::Number(f.goodput_share),
     },
     Figure {
         name: "cached_tokens",

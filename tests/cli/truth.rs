@@ -585,6 +585,40 @@ async fn burst_and_rate_cells_agree_with_the_simulators_ground_truth() {
     rules.slo.ttft_ms = Some(400.0);
     rules.slo.time_between_tokens_ms = None;
     let s = score_dir(&out, &rules).expect("scored");
+    // Goodput, per request: the measured requests whose own TTFT (sent → the simulator's
+    // first token, on the run's clock) is within 400 ms; a request within 2 ms of the
+    // limit may fall either side (the client reads the token a little after).
+    let first_token: BTreeMap<&str, i64> = truth_requests
+        .iter()
+        .filter_map(|r| Some((r.server_request_id.as_str(), r.first_token_ns? - zero)))
+        .collect();
+    for c in s
+        .cells
+        .iter()
+        .filter(|c| matches!(c.phase, Phase::Rate | Phase::Burst))
+    {
+        let dir = c.key().dir(&out);
+        let requests = read_table::<Requests>(&dir.join("requests.parquet")).expect("requests");
+        let ttft: Vec<f64> = requests
+            .iter()
+            .filter(|r| r.role == Role::Measured)
+            .map(|r| {
+                let first = first_token[r.server_request_id.as_deref().expect("server id")];
+                (first - r.sent_ns.expect("sent")) as f64 / 1e6
+            })
+            .collect();
+        let within = |limit: f64| ttft.iter().filter(|t| **t <= limit).count();
+        let f = c.figures.as_ref().expect("figures");
+        let good = f.goodput_requests.expect("goodput");
+        assert!(
+            (within(398.0)..=within(402.0)).contains(&good),
+            "{:?}: {good} good, truth TTFTs {ttft:?}",
+            c.key()
+        );
+        assert_eq!(f.goodput_share, Some(good as f64 / ttft.len() as f64));
+        let window_s = f.window_s.expect("window");
+        assert_eq!(f.goodput, Some(good as f64 / window_s));
+    }
     // The comparison of the two scorings shows each rate cell whose SLO result moved.
     let d = tokentrace_analyzer::diff::diff(&by_default, &s, 0.0);
     for c in s.cells.iter().filter(|c| c.phase == Phase::Rate) {
@@ -665,10 +699,15 @@ async fn burst_and_rate_cells_agree_with_the_simulators_ground_truth() {
     ]);
     // At 10 requests per second the default SLO's p99 time between tokens sits near
     // its limit: whether the cell moved is read from the in-process scorings above.
+    // (Only its "Verdicts changed" section: goodput, a figure, moves with the SLO too.)
+    let verdicts = said
+        .split("## ")
+        .find(|part| part.starts_with("Verdicts changed"))
+        .unwrap_or_default();
     for c in s.cells.iter().filter(|c| c.phase == Phase::Rate) {
         let moved = d.verdicts_changed.iter().any(|e| e.cell == c.key());
         let name = format!("rate 512 at {} req/s", c.rate.expect("rate"));
-        assert_eq!(said.contains(&name), moved, "{name}: {said}");
+        assert_eq!(verdicts.contains(&name), moved, "{name}: {said}");
     }
     assert!(
         said.contains("SLO missed") || d.verdicts_changed.is_empty(),

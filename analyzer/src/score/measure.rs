@@ -221,6 +221,7 @@ pub fn decode(v: &DecodeView, rules: &RuleSet) -> Figures {
         .iter()
         .filter(|s| is_finished(s.info) && s.info.end_ns.is_some_and(|e| v.in_window(e)))
         .count() as i64;
+    goodput(v, rules, &mut f);
 
     if v.key.phase == Phase::Decode {
         let sends: Vec<i64> = v
@@ -370,14 +371,9 @@ pub fn slo(
 }
 
 /// A replay cell's own figures, added to [`open`]'s: the workload's offered rate (its
-/// sent requests over their schedule's span), goodput under the rule set's SLO per
-/// request, and the prefix cache's hits against the workload's sharing.
-pub fn replay(
-    v: &DecodeView,
-    rows: &[tokentrace_schemas::tables::ReplayRow],
-    rules: &RuleSet,
-    f: &mut Figures,
-) {
+/// sent requests over their schedule's span) and the prefix cache's hits against the
+/// workload's sharing.
+pub fn replay(v: &DecodeView, rows: &[tokentrace_schemas::tables::ReplayRow], f: &mut Figures) {
     let sent: Vec<&tokentrace_schemas::tables::ReplayRow> =
         rows.iter().filter(|r| r.skipped.is_none()).collect();
     f.replay_skipped = Some(rows.len() - sent.len());
@@ -385,18 +381,6 @@ pub fn replay(
         - sent.iter().map(|r| r.offset_ns).min().unwrap_or(0);
     f.offered_rate =
         (span_ns > 0 && sent.len() > 1).then(|| (sent.len() - 1) as f64 / (span_ns as f64 / 1e9));
-    let slo = &rules.slo;
-    if slo.is_set() {
-        let good = v
-            .streams
-            .iter()
-            .filter(|s| s.info.role == tokentrace_schemas::tables::Role::Measured)
-            .filter(|s| meets_slo(s, rules))
-            .count();
-        f.goodput_requests = Some(good);
-        let span_s = v.window_ns() as f64 / 1e9;
-        f.goodput = (span_s > 0.0).then(|| good as f64 / span_s);
-    }
     let by_id: std::collections::HashMap<i64, &tokentrace_schemas::tables::ReplayRow> =
         sent.iter().map(|r| (r.request_id, *r)).collect();
     let (mut cached, mut expected, mut prompt, mut any) = (0i64, 0i64, 0i64, false);
@@ -414,6 +398,30 @@ pub fn replay(
         f.expected_cached_tokens = Some(expected);
         f.replay_prompt_tokens = Some(prompt);
     }
+}
+
+/// Goodput under the rule set's SLO, judged per request (as vLLM's `--goodput`): the
+/// requests that met every limit on their own, per second of the cell's window, and
+/// their share of the requests judged. A decode cell judges the requests that ended
+/// inside its window; a burst, rate or replay cell its measured requests (all of them
+/// run inside its span). Nothing without an SLO.
+fn goodput(v: &DecodeView, rules: &RuleSet, f: &mut Figures) {
+    if !rules.slo.is_set() {
+        return;
+    }
+    let judged: Vec<&Stream> = v
+        .streams
+        .iter()
+        .filter(|s| match v.key.phase {
+            Phase::Decode => s.info.end_ns.is_some_and(|e| v.in_window(e)),
+            _ => s.info.role == tokentrace_schemas::tables::Role::Measured,
+        })
+        .collect();
+    let good = judged.iter().filter(|s| meets_slo(s, rules)).count();
+    f.goodput_requests = Some(good);
+    let span_s = v.window_ns() as f64 / 1e9;
+    f.goodput = (span_s > 0.0).then(|| good as f64 / span_s);
+    f.goodput_share = (!judged.is_empty()).then(|| good as f64 / judged.len() as f64);
 }
 
 /// Whether one request met every limit of the SLO on its own: finished, its TTFT, time

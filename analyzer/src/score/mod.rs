@@ -316,7 +316,7 @@ fn score_replay(
     let verdict = verdict(&cell.evidence);
     cell.verdict = Some(verdict);
     let mut figures = measure::open(v, rules);
-    measure::replay(v, rows, rules, &mut figures);
+    measure::replay(v, rows, &mut figures);
     (figures.slo_met, figures.slo_misses) = measure::slo(v, rules, &figures, verdict);
     cell.figures = Some(figures);
     cell
