@@ -14,7 +14,8 @@
 # JSON file is what is checked.
 #   REFBENCH=path/to/llm_decode_bench.py REFBENCH_PYTHON=path/to/python \
 #     bash bench/parity.sh [CONTEXTS=1k] [CONCURRENCY=1,4] [DURATION_S=10]
-#   (NO_BUILD=1 uses the built binaries; KEEP_WORK=1 keeps the work folder.)
+#   (NO_BUILD=1 uses the built binaries; KEEP_WORK=1 keeps the work folder; PROFILE=
+#   a simulator profile, built-in name or file, instead of reference-h200x4.)
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 : "${REFBENCH:?set REFBENCH to the llm_decode_bench.py of the reference tool}"
@@ -36,7 +37,7 @@ else
 fi
 start_sim() {
   port=$((20000 + RANDOM % 20000))
-  "$bin/tokentrace" sim --profile reference-h200x4 --listen "127.0.0.1:$port" \
+  "$bin/tokentrace" sim --profile "${PROFILE:-reference-h200x4}" --listen "127.0.0.1:$port" \
     --ground-truth "$work/truth-$1" > "$work/sim-$1.log" 2>&1 &
   sim=$!
   for _ in $(seq 100); do curl -sf "http://127.0.0.1:$port/health" > /dev/null && break; sleep 0.1; done
