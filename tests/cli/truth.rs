@@ -77,6 +77,31 @@ fn options(target: String, out: &std::path::Path) -> RecordOptions {
     }
 }
 
+/// A simulator of `profile` (its TOML text, written to `file` under `dir`) on a free
+/// loopback port, keeping its ground truth in `dir/truth`.
+async fn sim_with_truth(
+    dir: &std::path::Path,
+    file: &str,
+    profile: &str,
+) -> (SimServer, std::path::PathBuf) {
+    let profile_path = dir.join(file);
+    std::fs::write(&profile_path, profile).expect("profile");
+    let truth_dir = dir.join("truth");
+    std::fs::create_dir_all(&truth_dir).expect("mkdir");
+    let addr: SocketAddr = "127.0.0.1:0".parse().expect("addr");
+    let sim = SimServer::start_with(
+        Profile::load(profile_path.to_str().expect("utf-8")).expect("profile"),
+        addr,
+        SimOptions {
+            truth_dir: Some(truth_dir.clone()),
+            replay: None,
+        },
+    )
+    .await
+    .expect("sim");
+    (sim, truth_dir)
+}
+
 fn within_1pct(what: &str, analyzer: f64, truth: f64) {
     let rel = (analyzer - truth).abs() / truth.abs();
     eprintln!(
@@ -103,21 +128,7 @@ fn median(mut v: Vec<f64>) -> f64 {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn figures_agree_with_the_simulators_ground_truth() {
     let tmp = tempfile::tempdir().expect("tempdir");
-    let profile_path = tmp.path().join("truth.toml");
-    std::fs::write(&profile_path, PROFILE).expect("profile");
-    let truth_dir = tmp.path().join("truth");
-    std::fs::create_dir_all(&truth_dir).expect("mkdir");
-    let addr: SocketAddr = "127.0.0.1:0".parse().expect("addr");
-    let sim = SimServer::start_with(
-        Profile::load(profile_path.to_str().expect("utf-8")).expect("profile"),
-        addr,
-        SimOptions {
-            truth_dir: Some(truth_dir.clone()),
-            replay: None,
-        },
-    )
-    .await
-    .expect("sim");
+    let (sim, truth_dir) = sim_with_truth(tmp.path(), "truth.toml", PROFILE).await;
     let out = tmp.path().join("run");
     let opts = RecordOptions {
         contexts: vec![512],
@@ -250,25 +261,11 @@ async fn figures_agree_with_the_simulators_ground_truth() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn reasoning_and_content_times_agree_with_the_simulators_ground_truth() {
     let tmp = tempfile::tempdir().expect("tempdir");
-    let profile_path = tmp.path().join("truth-reasoning.toml");
     let profile = PROFILE
         .replace("name = \"truth\"", "name = \"truth-reasoning\"")
         .replace("reasoning_tokens = 0", "reasoning_tokens = 4");
     assert!(profile.contains("reasoning_tokens = 4"), "{profile}");
-    std::fs::write(&profile_path, profile).expect("profile");
-    let truth_dir = tmp.path().join("truth");
-    std::fs::create_dir_all(&truth_dir).expect("mkdir");
-    let addr: SocketAddr = "127.0.0.1:0".parse().expect("addr");
-    let sim = SimServer::start_with(
-        Profile::load(profile_path.to_str().expect("utf-8")).expect("profile"),
-        addr,
-        SimOptions {
-            truth_dir: Some(truth_dir.clone()),
-            replay: None,
-        },
-    )
-    .await
-    .expect("sim");
+    let (sim, truth_dir) = sim_with_truth(tmp.path(), "truth-reasoning.toml", &profile).await;
     let out = tmp.path().join("run");
     let opts = RecordOptions {
         endpoint: Endpoint::Chat,
@@ -396,21 +393,7 @@ async fn burst_and_rate_cells_agree_with_the_simulators_ground_truth() {
     use tokentrace_schemas::manifest::RateConfig;
     use tokentrace_schemas::schedule::{Arrival, Schedule};
     let tmp = tempfile::tempdir().expect("tempdir");
-    let profile_path = tmp.path().join("truth-open.toml");
-    std::fs::write(&profile_path, open_profile()).expect("profile");
-    let truth_dir = tmp.path().join("truth");
-    std::fs::create_dir_all(&truth_dir).expect("mkdir");
-    let addr: SocketAddr = "127.0.0.1:0".parse().expect("addr");
-    let sim = SimServer::start_with(
-        Profile::load(profile_path.to_str().expect("utf-8")).expect("profile"),
-        addr,
-        SimOptions {
-            truth_dir: Some(truth_dir.clone()),
-            replay: None,
-        },
-    )
-    .await
-    .expect("sim");
+    let (sim, truth_dir) = sim_with_truth(tmp.path(), "truth-open.toml", &open_profile()).await;
     let out = tmp.path().join("run");
     let rate = |r| Rate::parse(r).expect("rate");
     let opts = RecordOptions {
@@ -738,21 +721,7 @@ async fn one_token_answers_keep_their_ttft_and_e2e() {
     use tokentrace_schemas::manifest::RateConfig;
     use tokentrace_schemas::schedule::Arrival;
     let tmp = tempfile::tempdir().expect("tempdir");
-    let profile_path = tmp.path().join("truth-open.toml");
-    std::fs::write(&profile_path, open_profile()).expect("profile");
-    let truth_dir = tmp.path().join("truth");
-    std::fs::create_dir_all(&truth_dir).expect("mkdir");
-    let addr: SocketAddr = "127.0.0.1:0".parse().expect("addr");
-    let sim = SimServer::start_with(
-        Profile::load(profile_path.to_str().expect("utf-8")).expect("profile"),
-        addr,
-        SimOptions {
-            truth_dir: Some(truth_dir.clone()),
-            replay: None,
-        },
-    )
-    .await
-    .expect("sim");
+    let (sim, truth_dir) = sim_with_truth(tmp.path(), "truth-open.toml", &open_profile()).await;
     let out = tmp.path().join("run");
     let opts = RecordOptions {
         contexts: vec![512],
