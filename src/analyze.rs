@@ -193,12 +193,13 @@ pub fn rescore(args: &RescoreArgs, out: &mut impl Write) -> anyhow::Result<ExitC
         let unscored = s.cells.iter().filter(|c| c.verdict.is_none()).count();
         writeln!(
             out,
-            "{}: {} cells: {} valid, {} requests queued, {} looped, {} error, {} not scored",
+            "{}: {} cells: {} valid, {} requests queued, {} looped, {} bad output, {} error, {} not scored",
             written,
             s.cells.len(),
             count(Verdict::Valid),
             count(Verdict::RequestsQueued),
             count(Verdict::Looped),
+            count(Verdict::BadOutput),
             count(Verdict::Error),
             unscored
         )

@@ -109,6 +109,8 @@ pub enum Verdict {
     Looped,
     /// The prefill scout was answered from the prefix cache: prefill not measured.
     PrefillCached,
+    /// A content rule that the rule set makes a verdict found bad answers.
+    BadOutput,
     Error,
 }
 
@@ -120,6 +122,7 @@ impl Verdict {
             Verdict::RequestsQueued => "Requests queued",
             Verdict::Looped => "Looped",
             Verdict::PrefillCached => "Served from cache",
+            Verdict::BadOutput => "Bad output",
             Verdict::Error => "Error",
         }
     }
@@ -131,6 +134,7 @@ impl Verdict {
             Verdict::RequestsQueued => "requests_queued",
             Verdict::Looped => "looped",
             Verdict::PrefillCached => "prefill_cached",
+            Verdict::BadOutput => "bad_output",
             Verdict::Error => "error",
         }
     }
@@ -154,6 +158,8 @@ pub enum Evidence {
         /// When it ended, seconds after the window opened (negative: before).
         end_s: Option<f64>,
     },
+    /// A content rule the rule set makes a verdict found bad answers (Bad output).
+    Content(ContentFindings),
     /// The cell has no measurement window or no scout (Error).
     Missing { what: String },
     /// A request repeated itself (Looped).
@@ -215,6 +221,7 @@ impl Evidence {
             Evidence::FailedStream { .. } | Evidence::Missing { .. } => Verdict::Error,
             Evidence::Loop(_) => Verdict::Looped,
             Evidence::ScoutCached { .. } => Verdict::PrefillCached,
+            Evidence::Content(_) => Verdict::BadOutput,
             _ => Verdict::RequestsQueued,
         }
     }
@@ -307,6 +314,48 @@ pub enum Warning {
         /// The first one's source row and reason.
         first: String,
     },
+    /// A content rule found answers that are not what was asked (rule `[content]`):
+    /// `check` is `script_mix`, `empty_output` or `stop_early`.
+    Content(ContentFindings),
+    /// The cell's requests were sent again on a new connection more often than the
+    /// rule allows, or its workers opened more connections than it allows.
+    Connections {
+        retries: i64,
+        reconnects: Option<i64>,
+        connections_opened: i64,
+        max_retries: Option<u32>,
+        max_reconnects: Option<u32>,
+    },
+}
+
+/// What one content check found in one cell: the first requests, with evidence.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ContentFindings {
+    /// `script_mix`, `empty_output` or `stop_early`.
+    pub check: String,
+    pub findings: Vec<ContentFinding>,
+    /// Requests found beyond those listed …
+    pub more: usize,
+    /// … of the requests checked.
+    pub of: usize,
+}
+
+/// One request a content check found.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ContentFinding {
+    pub request_id: i64,
+    pub role: String,
+    /// The channel, for `script_mix`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub channel: Option<Channel>,
+    /// What was found: `9% of 180 letters Han (limit 5%)`, `0 tokens, finish stop`,
+    /// `stop after 12 of 256 tokens`.
+    pub detail: String,
+    /// The offending text: around the first foreign letter, or the answer's end (empty
+    /// for an empty answer).
+    pub excerpt: String,
 }
 
 /// A request and how much of its prompt the server served from cache: one that
@@ -468,6 +517,51 @@ pub struct Figures {
     /// Replay: requests of the workload that were not sent (`replay.skipped`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub replay_skipped: Option<usize>,
+    /// Speculative decoding over the window, from the engine's counters: accepted over
+    /// proposed draft tokens …
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub spec_acceptance_rate: Option<f64>,
+    /// … the mean acceptance length (1 + accepted tokens per draft step; or the
+    /// engine's own acceptance-length gauge, averaged) …
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub spec_acceptance_length: Option<f64>,
+    /// … and the counters' increases behind them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub spec_draft_tokens: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub spec_accepted_tokens: Option<i64>,
+    /// Output tokens per streamed event inside the window (the client's side of
+    /// speculative decoding: above 1 when steps deliver several tokens at once).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tokens_per_event: Option<f64>,
+    /// Connections: how many the cell's requests opened …
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub connections_opened: Option<i64>,
+    /// … how many a closed-loop worker opened beyond its first in the cell (the server
+    /// closed a kept-alive one; null for open-loop cells) …
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reconnects: Option<i64>,
+    /// … and how often a request was sent again on a new connection after its reused
+    /// one closed before any response byte.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retries: Option<i64>,
+    /// Content rules: requests each check found (null when the rule set does not make
+    /// it): a script foreign to the prompts …
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub script_mix_requests: Option<i64>,
+    /// … no output …
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub empty_output_requests: Option<i64>,
+    /// … a stop before `max_tokens` under `ignore_eos` …
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stop_early_requests: Option<i64>,
+    /// … and all findings together (a request found by two checks counts twice).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub content_flags: Option<i64>,
+    /// Figures this cell cannot give, by name (`spec_acceptance_rate`, ...), with why:
+    /// the report shows them as a dash and says why in its notes.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub unavailable: BTreeMap<String, String>,
 }
 
 /// One cell of the matrix, scored (or why not).

@@ -50,6 +50,8 @@ impl Value {
             Show::Ms1 => format!("{} ms", fixed(v, 1)),
             Show::Thousands => thousands(v as i64),
             Show::Seconds1 => format!("{} s", fixed(v, 1)),
+            Show::Decimal2 => fixed(v, 2),
+            Show::Percent => format!("{}%", fixed(v * 100.0, 0)),
         })
     }
 }
@@ -69,6 +71,10 @@ pub enum Show {
     Thousands,
     /// `30.0 s`.
     Seconds1,
+    /// `2.31`.
+    Decimal2,
+    /// A share as a whole percentage: `73%`.
+    Percent,
 }
 
 /// A figure's column in the report's "All measurements" table.
@@ -164,14 +170,14 @@ pub const FIGURES: &[Figure] = &[
         name: "reasoning_tokens",
         csv: "reasoning_tokens_median",
         compared: true,
-        column: None,
+        column: column("Reasoning tokens", Show::Thousands, DECODE),
         read: |f| Value::Number(f.reasoning_tokens.median),
     },
     Figure {
         name: "reasoning_share",
         csv: "reasoning_share",
         compared: true,
-        column: None,
+        column: column("Reasoning share", Show::Percent, DECODE),
         read: |f| Value::Number(f.reasoning_share),
     },
     Figure {
@@ -351,7 +357,7 @@ pub const FIGURES: &[Figure] = &[
         name: "goodput_share",
         csv: "goodput_share",
         compared: true,
-        column: None,
+        column: column("Goodput share", Show::Percent, DECODE),
         read: |f| Value::Number(f.goodput_share),
     },
     Figure {
@@ -374,6 +380,90 @@ pub const FIGURES: &[Figure] = &[
         compared: true,
         column: None,
         read: |f| Value::Count(f.replay_skipped.map(|n| n as i64)),
+    },
+    Figure {
+        name: "spec_acceptance_rate",
+        csv: "spec_acceptance_rate",
+        compared: true,
+        column: column("Spec acceptance", Show::Percent, DECODE),
+        read: |f| Value::Number(f.spec_acceptance_rate),
+    },
+    Figure {
+        name: "spec_acceptance_length",
+        csv: "spec_acceptance_length",
+        compared: true,
+        column: column("Acceptance length", Show::Decimal2, DECODE),
+        read: |f| Value::Number(f.spec_acceptance_length),
+    },
+    Figure {
+        name: "spec_draft_tokens",
+        csv: "spec_draft_tokens",
+        compared: false,
+        column: None,
+        read: |f| Value::Count(f.spec_draft_tokens),
+    },
+    Figure {
+        name: "spec_accepted_tokens",
+        csv: "spec_accepted_tokens",
+        compared: false,
+        column: None,
+        read: |f| Value::Count(f.spec_accepted_tokens),
+    },
+    Figure {
+        name: "tokens_per_event",
+        csv: "tokens_per_event",
+        compared: true,
+        column: column("Tokens / event", Show::Decimal2, DECODE),
+        read: |f| Value::Number(f.tokens_per_event),
+    },
+    Figure {
+        name: "connections_opened",
+        csv: "connections_opened",
+        compared: false,
+        column: None,
+        read: |f| Value::Count(f.connections_opened),
+    },
+    Figure {
+        name: "reconnects",
+        csv: "reconnects",
+        compared: true,
+        column: column("Reconnects", Show::Thousands, DECODE),
+        read: |f| Value::Count(f.reconnects),
+    },
+    Figure {
+        name: "retries",
+        csv: "retries",
+        compared: true,
+        column: column("Retries", Show::Thousands, DECODE),
+        read: |f| Value::Count(f.retries),
+    },
+    Figure {
+        name: "script_mix_requests",
+        csv: "script_mix_requests",
+        compared: true,
+        column: None,
+        read: |f| Value::Count(f.script_mix_requests),
+    },
+    Figure {
+        name: "empty_output_requests",
+        csv: "empty_output_requests",
+        compared: true,
+        column: None,
+        read: |f| Value::Count(f.empty_output_requests),
+    },
+    Figure {
+        name: "stop_early_requests",
+        csv: "stop_early_requests",
+        compared: true,
+        column: None,
+        read: |f| Value::Count(f.stop_early_requests),
+    },
+    Figure {
+        name: "content_flags",
+        csv: "content_flags",
+        compared: true,
+        column: column("Content flags", Show::Thousands, DECODE),
+        read: |f| Value::Count(f.content_flags),
     },
 ];
 

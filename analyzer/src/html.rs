@@ -60,6 +60,7 @@ fn badge(v: Verdict) -> Option<&'static str> {
         Verdict::Looped => Some("looped"),
         Verdict::Error => Some("error"),
         Verdict::PrefillCached => Some("cached"),
+        Verdict::BadOutput => Some("bad output"),
     }
 }
 

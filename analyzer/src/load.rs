@@ -29,6 +29,15 @@ pub struct RequestInfo {
     pub sent_ns: Option<i64>,
     pub end_ns: Option<i64>,
     pub error: Option<String>,
+    /// The closed-loop worker that sent it (null for open-loop requests).
+    pub slot: Option<i64>,
+    pub max_tokens: Option<i64>,
+    /// The connection that carried it; whether it opened that connection (a new one, not
+    /// one reused); and how often it was sent again on a new connection. All null in
+    /// runs recorded before the recorder wrote its connection columns.
+    pub connection_id: Option<i64>,
+    pub opened_connection: Option<bool>,
+    pub retries: Option<i64>,
 }
 
 /// One request's token aggregates (from `chunks`).
@@ -36,8 +45,11 @@ pub struct RequestInfo {
 pub struct TokenAgg {
     /// Tokens over the whole stream.
     pub tokens: i64,
-    /// Tokens that arrived inside the cell's window.
+    /// Tokens that arrived inside the cell's window …
     pub tokens_in_window: i64,
+    /// … and the events that carried them (the recorded count, whatever the rule set
+    /// counts tokens by).
+    pub token_events_in_window: i64,
     pub first_chunk_ns: Option<i64>,
     /// First event with answer text.
     pub first_content_ns: Option<i64>,
@@ -309,7 +321,24 @@ fn load_events(run: &Run, events: LazyFrame, out: &mut Loaded) -> Result<()> {
     Ok(())
 }
 
-fn load_requests(run: &Run, requests: LazyFrame, out: &mut Loaded) -> Result<()> {
+fn load_requests(run: &Run, mut requests: LazyFrame, out: &mut Loaded) -> Result<()> {
+    // The connection columns came with format v1's fourth addition; older runs lack them.
+    let schema = requests.collect_schema().map_err(perr(run))?;
+    let connections = [
+        "connection_id",
+        "connect_start_ns",
+        "connection_ns",
+        "retries",
+    ]
+    .iter()
+    .all(|c| schema.contains(c));
+    let or_null = |name: &str| {
+        if connections {
+            col(name).cast(DataType::Int64)
+        } else {
+            lit(NULL).cast(DataType::Int64).alias(name)
+        }
+    };
     let df = requests
         .select(keyed(
             run,
@@ -324,6 +353,12 @@ fn load_requests(run: &Run, requests: LazyFrame, out: &mut Loaded) -> Result<()>
                 col("sent_ns"),
                 col("end_ns"),
                 col("error"),
+                col("slot").cast(DataType::Int64),
+                col("max_tokens").cast(DataType::Int64),
+                or_null("connection_id"),
+                or_null("connect_start_ns"),
+                or_null("connection_ns"),
+                or_null("retries"),
             ],
         ))
         .collect()
@@ -340,6 +375,12 @@ fn load_requests(run: &Run, requests: LazyFrame, out: &mut Loaded) -> Result<()>
     let sent = c.i64("sent_ns")?;
     let end = c.i64("end_ns")?;
     let error = c.str("error")?;
+    let slot = c.i64("slot")?;
+    let max_tokens = c.i64("max_tokens")?;
+    let connection = c.i64("connection_id")?;
+    let connect_start = c.i64("connect_start_ns")?;
+    let connection_at = c.i64("connection_ns")?;
+    let retries = c.i64("retries")?;
     for i in 0..df.height() {
         let bad = |what: &str| bad_value(run, "requests", format!("row {i}: {what}"));
         let key = keys[i].ok_or_else(|| bad("missing cell columns"))?;
@@ -364,6 +405,13 @@ fn load_requests(run: &Run, requests: LazyFrame, out: &mut Loaded) -> Result<()>
             sent_ns: sent[i],
             end_ns: end[i],
             error: error[i].clone(),
+            slot: slot[i],
+            max_tokens: max_tokens[i],
+            connection_id: connection[i],
+            // A request that got a connection either opened it (a connect start) or
+            // reused an open one.
+            opened_connection: connection_at[i].map(|_| connect_start[i].is_some()),
+            retries: retries[i],
         });
     }
     for v in out.requests.values_mut() {
@@ -518,6 +566,11 @@ fn load_chunks(run: &Run, chunks: LazyFrame, out: &mut Loaded) -> Result<()> {
                 .filter(col("in_window"))
                 .sum()
                 .alias("tokens_in_window"),
+            col("tokens")
+                .filter(has_tokens.clone().and(col("in_window")))
+                .count()
+                .cast(DataType::Int64)
+                .alias("token_events_in_window"),
             col("arrival_ns").min().alias("first_chunk"),
             col("arrival_ns")
                 .filter(nonempty("content"))
@@ -562,6 +615,7 @@ fn load_chunks(run: &Run, chunks: LazyFrame, out: &mut Loaded) -> Result<()> {
     let c = Cols { df: &agg, run };
     let ids = c.i64("request_id")?;
     let (tokens, in_window) = (c.i64("tokens")?, c.i64("tokens_in_window")?);
+    let events_in_window = c.i64("token_events_in_window")?;
     let (first_chunk, first_content, first_text) = (
         c.i64("first_chunk")?,
         c.i64("first_content")?,
@@ -586,6 +640,7 @@ fn load_chunks(run: &Run, chunks: LazyFrame, out: &mut Loaded) -> Result<()> {
             TokenAgg {
                 tokens: tokens[i].unwrap_or(0),
                 tokens_in_window: in_window[i].unwrap_or(0),
+                token_events_in_window: events_in_window[i].unwrap_or(0),
                 first_chunk_ns: first_chunk[i],
                 first_content_ns: first_content[i],
                 first_text_ns: first_text[i],

@@ -1,6 +1,6 @@
 //! Engine presets: which Prometheus series of each engine plays each role the rules need
 //! (requests running, requests waiting, generated and prompt tokens, KV-cache usage,
-//! preemptions). Chosen from the manifest's engine name; a rule set may override any
+//! preemptions, speculative decoding). Chosen from the manifest's engine name; a rule set may override any
 //! (`rules::MetricRules::preset`).
 
 use serde::{Deserialize, Serialize};
@@ -19,6 +19,16 @@ pub struct Preset {
     pub prompt_tokens: Option<String>,
     pub kv_cache_usage: Option<String>,
     pub preemptions: Option<String>,
+    /// Speculative decoding: draft steps, draft tokens and accepted tokens (counters) …
+    #[serde(default)]
+    pub spec_drafts: Option<String>,
+    #[serde(default)]
+    pub spec_draft_tokens: Option<String>,
+    #[serde(default)]
+    pub spec_accepted_tokens: Option<String>,
+    /// … or the mean acceptance length (a gauge) where the engine gives no counters.
+    #[serde(default)]
+    pub spec_accept_length: Option<String>,
 }
 
 fn preset(engine: Engine) -> Preset {
@@ -32,6 +42,10 @@ fn preset(engine: Engine) -> Preset {
         prompt_tokens: own(s.prompt_tokens),
         kv_cache_usage: s.kv_cache_usage.map(str::to_string),
         preemptions: s.preemptions.map(str::to_string),
+        spec_drafts: s.spec_drafts.map(str::to_string),
+        spec_draft_tokens: s.spec_draft_tokens.map(str::to_string),
+        spec_accepted_tokens: s.spec_accepted_tokens.map(str::to_string),
+        spec_accept_length: s.spec_accept_length.map(str::to_string),
     }
 }
 
@@ -58,6 +72,10 @@ impl Preset {
             &self.prompt_tokens,
             &self.kv_cache_usage,
             &self.preemptions,
+            &self.spec_drafts,
+            &self.spec_draft_tokens,
+            &self.spec_accepted_tokens,
+            &self.spec_accept_length,
         ]
         .into_iter()
         .flatten()

@@ -3,7 +3,7 @@
 //! measurements, notes, footer) with its number formats, CSV with one row per cell at
 //! full precision, and the JSON document itself.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
 
 use tokentrace_schemas::column::StrEnum;
@@ -649,7 +649,7 @@ pub(crate) fn matrix_footer(s: &Scoring) -> Vec<String> {
 }
 
 /// What each verdict of the matrix means, for the legend.
-pub(crate) const LEGEND: [(Verdict, &str); 3] = [
+pub(crate) const LEGEND: [(Verdict, &str); 4] = [
     (
         Verdict::RequestsQueued,
         "Requests queued: the server could not run all requests at once, so some waited in a queue.",
@@ -657,6 +657,10 @@ pub(crate) const LEGEND: [(Verdict, &str); 3] = [
     (
         Verdict::Looped,
         "Looped: the model kept repeating the same text, so this measurement was discarded.",
+    ),
+    (
+        Verdict::BadOutput,
+        "Bad output: answers broke a content rule (a foreign script, empty, stopped early), so this measurement was discarded.",
     ),
     (
         Verdict::Error,
@@ -713,9 +717,61 @@ pub(crate) fn measurements(s: &Scoring) -> (Vec<String>, Vec<Row>) {
     (headers, rows)
 }
 
-/// Every note line of the report, cell by cell.
+/// Every note line of the report, cell by cell, then the figures some cells could not
+/// give and why.
 pub(crate) fn notes(s: &Scoring) -> Vec<String> {
-    s.cells.iter().flat_map(cell_notes).collect()
+    let mut out: Vec<String> = s.cells.iter().flat_map(cell_notes).collect();
+    out.extend(unavailable_notes(s));
+    out
+}
+
+/// One line per reason that some cells could not give figures, naming the figures
+/// (those with a column) and the cells: `Spec acceptance and Acceptance length are — in
+/// 9 cells (Decode 1K × 1, …): why`.
+fn unavailable_notes(s: &Scoring) -> Vec<String> {
+    // (reason, cells) -> the figures' headers, in figure-table order.
+    type Group<'a> = ((&'a str, Vec<String>), Vec<&'static str>);
+    let mut groups: Vec<Group> = Vec::new();
+    for figure in FIGURES {
+        let Some(column) = figure.column else {
+            continue;
+        };
+        let mut by_reason: BTreeMap<&str, Vec<String>> = BTreeMap::new();
+        for c in &s.cells {
+            if let Some(why) = c
+                .figures
+                .as_ref()
+                .and_then(|f| f.unavailable.get(figure.name))
+            {
+                by_reason.entry(why).or_default().push(cell_name(c));
+            }
+        }
+        for key in by_reason {
+            match groups.iter_mut().find(|(k, _)| *k == key) {
+                Some((_, headers)) => headers.push(column.header),
+                None => groups.push((key, vec![column.header])),
+            }
+        }
+    }
+    groups
+        .into_iter()
+        .map(|((why, cells), headers)| {
+            let shown: Vec<&str> = cells.iter().take(3).map(String::as_str).collect();
+            let names = match headers.split_last() {
+                Some((last, rest)) if !rest.is_empty() => {
+                    format!("{} and {last} are", rest.join(", "))
+                }
+                _ => format!("{} is", headers.join("")),
+            };
+            format!(
+                "{names} {DASH} in {} {} ({}{}): {why}.",
+                cells.len(),
+                if cells.len() == 1 { "cell" } else { "cells" },
+                shown.join(", "),
+                if cells.len() > 3 { ", …" } else { "" }
+            )
+        })
+        .collect()
 }
 
 /// The report's last line: who scored it, under which rules, which run.
@@ -1191,6 +1247,30 @@ fn loop_words(l: &LoopEvidence) -> String {
     )
 }
 
+/// What a content check found, in words: how many requests, and the first one's
+/// evidence with its excerpt.
+fn content_words(found: &crate::contract::ContentFindings) -> String {
+    let what = match found.check.as_str() {
+        "script_mix" => "answered in a script the prompt does not use",
+        "empty_output" => "finished without output",
+        "stop_early" => "stopped before max_tokens although the request asked ignore_eos",
+        other => other,
+    };
+    let n = found.findings.len() + found.more;
+    let first = found.findings.first().map_or_else(String::new, |f| {
+        format!(
+            ": request {}{} ({}), \"{}\"",
+            f.request_id,
+            f.channel
+                .map(|c| format!(" {}", c.as_str()))
+                .unwrap_or_default(),
+            f.detail,
+            f.excerpt
+        )
+    });
+    format!("{n} of {} requests {what}{first}", found.of)
+}
+
 /// Why a cell is not Valid, in one line of words; the samples behind it are in the JSON
 /// scoring's `evidence`.
 fn verdict_note(c: &CellScore) -> Option<String> {
@@ -1207,6 +1287,7 @@ fn verdict_note(c: &CellScore) -> Option<String> {
             | Evidence::WaitingSampleAbove { .. }
             | Evidence::KvBudget { .. } => queued.push(e),
             Evidence::Missing { what } => why.push(what.clone()),
+            Evidence::Content(found) => why.push(content_words(found)),
             Evidence::ScoutCached {
                 request_id,
                 cached_tokens,
@@ -1421,6 +1502,19 @@ pub(crate) fn cell_notes(c: &CellScore) -> Vec<String> {
             Warning::ReplaySkipped { skipped, of, first } => format!(
                 "{skipped} of the workload's {of} requests were not sent (never cut to fit): {first}{}",
                 if *skipped > 1 { ", and others" } else { "" }
+            ),
+            Warning::Content(found) => format!("warning: {}", content_words(found)),
+            Warning::Connections {
+                retries,
+                reconnects,
+                connections_opened,
+                max_retries,
+                max_reconnects,
+            } => format!(
+                "warning: {retries} requests were sent again on a new connection (their kept-alive one closed under them; limit {}), {} reconnects by its workers (limit {}), {connections_opened} connections opened: each paid a connect inside its latency",
+                max_retries.map_or_else(dash, |m| m.to_string()),
+                reconnects.map_or_else(dash, |r| r.to_string()),
+                max_reconnects.map_or_else(dash, |m| m.to_string()),
             ),
         };
         out.push(format!("{name}: {line}"));

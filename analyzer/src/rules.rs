@@ -11,7 +11,7 @@ use tokentrace_schemas::column::StrEnum;
 use crate::error::{Error, Result};
 
 /// The built-in rule sets: (name, version, TOML text).
-pub const BUILTIN: [(&str, &str, &str); 8] = [
+pub const BUILTIN: [(&str, &str, &str); 9] = [
     // Newest first: a name without a version is its newest.
     (
         "reference",
@@ -24,7 +24,12 @@ pub const BUILTIN: [(&str, &str, &str); 8] = [
         include_str!("../rules/reference-0.6.2.toml"),
     ),
     // Newest first: `default` without a version is the newest.
-    ("default", "1.5.0", include_str!("../rules/default.toml")),
+    ("default", "1.6.0", include_str!("../rules/default.toml")),
+    (
+        "default",
+        "1.5.0",
+        include_str!("../rules/default-1.5.0.toml"),
+    ),
     (
         "default",
         "1.4.0",
@@ -305,6 +310,14 @@ pub struct MetricRules {
     pub prompt_tokens: Option<String>,
     pub kv_cache_usage: Option<String>,
     pub preemptions: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub spec_drafts: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub spec_draft_tokens: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub spec_accepted_tokens: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub spec_accept_length: Option<String>,
 }
 
 /// Prompt-cache checks. Rule sets without a `[cache]` table (default 1.0.0) check
@@ -419,6 +432,66 @@ pub struct RuleSet {
     pub slo: SloRules,
     #[serde(default, skip_serializing_if = "ReplayRules::is_default")]
     pub replay: ReplayRules,
+    #[serde(default, skip_serializing_if = "ContentRules::is_default")]
+    pub content: ContentRules,
+    #[serde(default, skip_serializing_if = "ConnectionRules::is_default")]
+    pub connections: ConnectionRules,
+}
+
+/// Checks of what the server answered, not how fast (new in default 1.6.0; earlier
+/// sets check nothing here). The reference tool's CJK-leak watchdog, made a rule.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ContentRules {
+    /// The scripts the prompts are written in (Unicode script names: `Latin`, `Han`,
+    /// `Cyrillic`, ...): an answer's letters in any other script are foreign to the
+    /// prompt. tokentrace's own prompts, and the prompts of its replays, are Latin.
+    pub scripts: Vec<String>,
+    /// Warn of a request when more than this share of one channel's letters are foreign
+    /// (warning `script_mix`) …
+    pub script_mix_max_share: Option<f64>,
+    /// … in a channel of at least this many letters.
+    pub script_mix_min_letters: u32,
+    /// Warn of requests that finished without one output token (`empty_output`).
+    pub empty_output: bool,
+    /// Warn of requests that finished before their `max_tokens` though every request
+    /// of a run asks `ignore_eos` (`stop_early`): a refusal, an end-of-text the server
+    /// did not ignore, a stop string.
+    pub stop_early: bool,
+    /// Make each finding a verdict as well: the cell is `bad_output`, not Valid.
+    pub verdict: bool,
+}
+
+impl ContentRules {
+    fn is_default(&self) -> bool {
+        *self == ContentRules::default()
+    }
+
+    /// The scripts named, or the first name that is not a Unicode script's.
+    pub fn scripts(&self) -> std::result::Result<Vec<unicode_script::Script>, String> {
+        self.scripts
+            .iter()
+            .map(|n| unicode_script::Script::from_full_name(n).ok_or_else(|| n.clone()))
+            .collect()
+    }
+}
+
+/// How the cell's connections are judged (new in default 1.6.0).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ConnectionRules {
+    /// Warn when a cell's requests were sent again on a new connection (their reused
+    /// one closed under them) more than this many times (warning `retries`).
+    pub max_retries: Option<u32>,
+    /// Warn when a cell's closed-loop workers opened more than this many connections
+    /// beyond their first (the server closed kept-alive connections).
+    pub max_reconnects: Option<u32>,
+}
+
+impl ConnectionRules {
+    fn is_default(&self) -> bool {
+        *self == ConnectionRules::default()
+    }
 }
 
 /// How replay cells are judged beyond the SLO (new in default 1.4.0; earlier sets warn
@@ -513,6 +586,23 @@ impl RuleSet {
                 "slo.saturated_share: {x} is not within (0, 1]"
             )));
         }
+        if let Some(x) = self.content.script_mix_max_share
+            && !(0.0..=1.0).contains(&x)
+        {
+            return Err(bad(format!(
+                "content.script_mix_max_share: {x} is not within 0–1"
+            )));
+        }
+        if let Err(unknown) = self.content.scripts() {
+            return Err(bad(format!(
+                "content.scripts: unknown script `{unknown}` (Unicode script names: Latin, Han, Cyrillic, ...)"
+            )));
+        }
+        if self.content.script_mix_max_share.is_some() && self.content.scripts.is_empty() {
+            return Err(bad(
+                "content.scripts: the script-mix check needs the prompts' scripts".to_string(),
+            ));
+        }
         if self.looped.min_cycles < 2 || self.looped.suspect_min_cycles < 2 {
             return Err(bad("looped: cycles must be at least 2".to_string()));
         }
@@ -570,6 +660,10 @@ impl MetricRules {
         over(&mut p.prompt_tokens, &self.prompt_tokens);
         over(&mut p.kv_cache_usage, &self.kv_cache_usage);
         over(&mut p.preemptions, &self.preemptions);
+        over(&mut p.spec_drafts, &self.spec_drafts);
+        over(&mut p.spec_draft_tokens, &self.spec_draft_tokens);
+        over(&mut p.spec_accepted_tokens, &self.spec_accepted_tokens);
+        over(&mut p.spec_accept_length, &self.spec_accept_length);
         Ok(p)
     }
 }

@@ -27,6 +27,16 @@ pub struct EngineSeries {
     pub kv_cache_usage: Option<&'static str>,
     /// Preemptions so far, where the engine exposes them.
     pub preemptions: Option<&'static str>,
+    /// Speculative decoding, where the engine counts it: draft steps (one per request
+    /// per step that drafted) …
+    pub spec_drafts: Option<&'static str>,
+    /// … draft tokens proposed …
+    pub spec_draft_tokens: Option<&'static str>,
+    /// … and draft tokens accepted (all counters) …
+    pub spec_accepted_tokens: Option<&'static str>,
+    /// … or, where the engine gives no counters, its mean acceptance length (a gauge:
+    /// tokens per step, the bonus token included).
+    pub spec_accept_length: Option<&'static str>,
 }
 
 impl Engine {
@@ -69,6 +79,10 @@ impl Engine {
                 prompt_tokens: "vllm:prompt_tokens_total",
                 kv_cache_usage: Some("vllm:kv_cache_usage_perc"),
                 preemptions: Some("vllm:num_preemptions_total"),
+                spec_drafts: Some("vllm:spec_decode_num_drafts_total"),
+                spec_draft_tokens: Some("vllm:spec_decode_num_draft_tokens_total"),
+                spec_accepted_tokens: Some("vllm:spec_decode_num_accepted_tokens_total"),
+                spec_accept_length: None,
             },
             Engine::Sglang => EngineSeries {
                 running: "sglang:num_running_reqs",
@@ -77,6 +91,10 @@ impl Engine {
                 prompt_tokens: "sglang:prompt_tokens_total",
                 kv_cache_usage: Some("sglang:token_usage"),
                 preemptions: None,
+                spec_drafts: None,
+                spec_draft_tokens: None,
+                spec_accepted_tokens: None,
+                spec_accept_length: Some("sglang:spec_accept_length"),
             },
             // No KV-cache or preemption series in llama.cpp's /metrics.
             Engine::LlamaCpp => EngineSeries {
@@ -86,6 +104,10 @@ impl Engine {
                 prompt_tokens: "llamacpp:prompt_tokens_total",
                 kv_cache_usage: None,
                 preemptions: None,
+                spec_drafts: None,
+                spec_draft_tokens: None,
+                spec_accepted_tokens: None,
+                spec_accept_length: None,
             },
             Engine::Tgi => EngineSeries {
                 running: "tgi_batch_current_size",
@@ -94,6 +116,10 @@ impl Engine {
                 prompt_tokens: "tgi_request_input_length",
                 kv_cache_usage: None,
                 preemptions: None,
+                spec_drafts: None,
+                spec_draft_tokens: None,
+                spec_accepted_tokens: None,
+                spec_accept_length: None,
             },
         }
     }

@@ -1,4 +1,7 @@
 //! End-to-end tests of the `tokentrace` command line, one binary:
+//! - `answers`: speculative decoding, content rules and connections agree with the
+//!   simulator's ground truth (a spec-decoding profile; script leaks, early stops and
+//!   kept-alive connections closed under their workers);
 //! - `cache`: a second run against the same server prefills cold (per-run prompt nonce);
 //! - `catalog`: a small fleet (two engines) scored into one Parquet table, row for row
 //!   the runs' JSON scorings, with their facts; a bad run named, the others kept;
@@ -28,6 +31,7 @@
 //!   without server metrics, client-side evidence is used and the report says so;
 //! - `sim`: the simulator subcommand starts, says where it listens, serves, and refuses bad profiles.
 
+mod answers;
 mod cache;
 mod catalog;
 mod check;

@@ -159,9 +159,12 @@ fn a_recorded_run_replays_request_for_request() {
     assert!(compared >= 200, "only {compared} requests compared");
     // Each request was due at exactly its original offset (asserted above); how late
     // it left is the client's lag. Alone, this debug build keeps it under 1.1 ms at p99;
-    // beside the rest of the suite on two cores, an OS time slice now and then reaches
-    // 3 ms. The test holds the median to 1 ms and p99 to 5 ms; the release benchmark
-    // (BENCHMARKS.md, replay) measures the p99.
+    // beside the rest of the suite on two cores, OS time slices reach several ms (a
+    // whole-suite run once gave a median over 1 ms). The test asserts behaviour, not speed:
+    // each request left at its own offset, not bunched or shifted (a wrong schedule is
+    // off by the gaps between requests, tens of ms and more), so the median is held to
+    // 5 ms and p99 to 50 ms; the release benchmark (BENCHMARKS.md, replay) measures the
+    // lag.
     let median = {
         let mut v = lags.clone();
         v.sort_by(f64::total_cmp);
@@ -172,10 +175,10 @@ fn a_recorded_run_replays_request_for_request() {
         "{compared} requests replayed; send offsets {median:.3} ms (median) and {p:.3} ms (p99) from the original's"
     );
     assert!(
-        median <= 1.0,
+        median <= 5.0,
         "send offsets median {median} ms from the original's"
     );
-    assert!(p <= 5.0, "send offsets p99 {p} ms from the original's");
+    assert!(p <= 50.0, "send offsets p99 {p} ms from the original's");
     let report = Command::new(env!("CARGO_BIN_EXE_tokentrace"))
         .arg("report")
         .arg(&b)
@@ -337,7 +340,12 @@ fn a_mooncake_trace_reaches_the_prefix_cache_as_it_describes() {
     tokentrace(&["rescore", run, "--rules", strict.to_str().expect("p")]);
     let diff = tokentrace(&[
         "diff",
-        &format!("{run}/results/default@1.5.0.json"),
+        &format!(
+            "{run}/results/{}.json",
+            tokentrace_analyzer::RuleSet::builtin("default")
+                .expect("default")
+                .id()
+        ),
         &format!("{run}/results/strict@1.json"),
     ]);
     assert!(

@@ -19,7 +19,7 @@ use tokentrace_sim::{Profile, SimOptions, SimServer};
 /// recorder's arrival-vs-write delay (well under a millisecond, a few under load) stays
 /// far below 1%. How long the simulator took to start handling a request after it was
 /// sent (outside any figure) is printed for information. 4 sequences run at once.
-const PROFILE: &str = r#"
+pub(crate) const PROFILE: &str = r#"
 name = "truth"
 model = "sim-truth"
 max_model_len = 8192
@@ -43,7 +43,7 @@ seed = 3
 "#;
 
 /// Completions into `out`, 30 s timeouts, exact prompts; each test sets its matrix.
-fn options(target: String, out: &std::path::Path) -> RecordOptions {
+pub(crate) fn options(target: String, out: &std::path::Path) -> RecordOptions {
     RecordOptions {
         target,
         out: out.to_path_buf(),
@@ -79,7 +79,7 @@ fn options(target: String, out: &std::path::Path) -> RecordOptions {
 
 /// A simulator of `profile` (its TOML text, written to `file` under `dir`) on a free
 /// loopback port, keeping its ground truth in `dir/truth`.
-async fn sim_with_truth(
+pub(crate) async fn sim_with_truth(
     dir: &std::path::Path,
     file: &str,
     profile: &str,
@@ -102,7 +102,7 @@ async fn sim_with_truth(
     (sim, truth_dir)
 }
 
-fn within_1pct(what: &str, analyzer: f64, truth: f64) {
+pub(crate) fn within_1pct(what: &str, analyzer: f64, truth: f64) {
     let rel = (analyzer - truth).abs() / truth.abs();
     eprintln!(
         "{what}: analyzer {analyzer:.4}, ground truth {truth:.4}, {:.4}%",
@@ -353,7 +353,7 @@ async fn reasoning_and_content_times_agree_with_the_simulators_ground_truth() {
 }
 
 /// The run's clock zero on the monotonic clock (the simulator's truth is on the latter).
-fn f_zero(run: &std::path::Path) -> i64 {
+pub(crate) fn f_zero(run: &std::path::Path) -> i64 {
     tokentrace_schemas::manifest::Manifest::read(run)
         .expect("manifest")
         .clock
@@ -673,9 +673,12 @@ async fn burst_and_rate_cells_agree_with_the_simulators_ground_truth() {
     ]);
     let said = cli(&[
         "diff",
-        out.join("results/default@1.5.0.json")
-            .to_str()
-            .expect("utf-8"),
+        out.join(format!(
+            "results/{}.json",
+            RuleSet::builtin("default").expect("default").id()
+        ))
+        .to_str()
+        .expect("utf-8"),
         out.join("results/tight-slo@1.json")
             .to_str()
             .expect("utf-8"),

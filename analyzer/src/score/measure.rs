@@ -8,7 +8,7 @@ use tokentrace_schemas::tables::EndReason;
 use super::view::{DecodeView, PrefillView, Stream};
 use crate::contract::{Figures, Summary, Verdict};
 use crate::load::{RequestInfo, TokenAgg};
-use crate::rules::{ActiveSource, FirstToken, PerRequest, RequestScope, RuleSet, TbtDenominator};
+use crate::rules::{ActiveSource, FirstToken, PerRequest, RuleSet, TbtDenominator};
 use crate::stats;
 
 pub fn ms(ns: i64) -> f64 {
@@ -70,16 +70,7 @@ pub fn scored<'v, 'a>(
     v: &'v DecodeView<'a>,
     rules: &'v RuleSet,
 ) -> impl Iterator<Item = &'v Stream<'a>> {
-    let (open, close) = (v.open, v.close);
-    v.streams
-        .iter()
-        .filter(move |s| match rules.requests.scope {
-            RequestScope::All => true,
-            RequestScope::OverlappingWindow => {
-                s.info.sent_ns.is_some_and(|t| t < close) && s.info.end_ns.is_none_or(|e| e >= open)
-            }
-        })
-        .filter(|s| s.tokens.tokens > 0)
+    v.in_scope(rules).filter(|s| s.tokens.tokens > 0)
 }
 
 /// The scout's TTFT, ns, under the TTFT rule.
@@ -222,6 +213,9 @@ pub fn decode(v: &DecodeView, rules: &RuleSet) -> Figures {
         .filter(|s| is_finished(s.info) && s.info.end_ns.is_some_and(|e| v.in_window(e)))
         .count() as i64;
     goodput(v, rules, &mut f);
+    speculative(v, &mut f);
+    connections(v, &mut f);
+    content(v, rules, &mut f);
 
     if v.key.phase == Phase::Decode {
         let sends: Vec<i64> = v
@@ -249,6 +243,173 @@ pub fn decode(v: &DecodeView, rules: &RuleSet) -> Figures {
         _ => (client_active, Some("client".to_string())),
     };
     f
+}
+
+/// Speculative decoding over the window, from the engine's counters (vLLM): accepted
+/// over proposed draft tokens, and the mean acceptance length (1 + accepted tokens per
+/// draft step: tokens per request per step, as vLLM's log prints it); else from its
+/// acceptance-length gauge (SGLang). And, from the client's side, output tokens per
+/// streamed event: what a step delivered to each request. What cannot be computed is
+/// named in `unavailable` with the reason.
+pub fn speculative(v: &DecodeView, f: &mut Figures) {
+    let events: i64 = v
+        .streams
+        .iter()
+        .map(|s| s.tokens.token_events_in_window)
+        .sum();
+    let tokens: i64 = v.streams.iter().map(|s| s.tokens.tokens_in_window).sum();
+    f.tokens_per_event = (events > 0).then(|| tokens as f64 / events as f64);
+    if events == 0 {
+        f.unavailable.insert(
+            "tokens_per_event".to_string(),
+            "no token events inside the window".to_string(),
+        );
+    }
+    let s = &v.spec;
+    let counted = [&s.drafts, &s.draft_tokens, &s.accepted_tokens];
+    let why = if counted.iter().all(|g| g.metric.is_none()) && s.accept_length.metric.is_none() {
+        Some("the engine preset names no speculative-decoding series".to_string())
+    } else if counted.iter().all(|g| g.samples.is_empty()) && s.accept_length.samples.is_empty() {
+        Some(format!(
+            "no {} scraped inside the window: speculative decoding off, or the server does \
+             not expose it",
+            counted
+                .iter()
+                .chain([&&s.accept_length])
+                .filter_map(|g| g.metric)
+                .collect::<Vec<_>>()
+                .join(" or ")
+        ))
+    } else {
+        match (
+            s.drafts.increase(),
+            s.draft_tokens.increase(),
+            s.accepted_tokens.increase(),
+        ) {
+            (Some(steps), Some(proposed), Some(accepted)) if steps > 0.0 && proposed > 0.0 => {
+                f.spec_draft_tokens = Some(proposed as i64);
+                f.spec_accepted_tokens = Some(accepted as i64);
+                f.spec_acceptance_rate = Some(accepted / proposed);
+                f.spec_acceptance_length = Some(1.0 + accepted / steps);
+                None
+            }
+            (Some(_), Some(_), Some(_)) => {
+                Some("no draft steps inside the window (the counters did not move)".to_string())
+            }
+            _ => match s.accept_length.mean() {
+                Some(mean) => {
+                    f.spec_acceptance_length = Some(mean);
+                    None
+                }
+                None => Some(
+                    "fewer than two scrapes of the draft counters inside the window".to_string(),
+                ),
+            },
+        }
+    };
+    if let Some(why) = why {
+        for name in ["spec_acceptance_rate", "spec_acceptance_length"] {
+            f.unavailable.insert(name.to_string(), why.clone());
+        }
+    } else if f.spec_acceptance_rate.is_none() {
+        f.unavailable.insert(
+            "spec_acceptance_rate".to_string(),
+            "the engine gives a mean acceptance length only, no draft-token counters".to_string(),
+        );
+    }
+}
+
+/// The cell's connections, over its warm-up and measured requests: how many they
+/// opened, how many a closed-loop worker opened beyond its first in the cell
+/// (reconnects: the server closed a kept-alive one), and how often a request was sent
+/// again on a new connection (retries).
+pub fn connections(v: &DecodeView, f: &mut Figures) {
+    let known: Vec<&Stream> = v
+        .streams
+        .iter()
+        .filter(|s| s.info.opened_connection.is_some())
+        .collect();
+    if known.is_empty() {
+        let why = if v.streams.iter().any(|s| s.info.sent_ns.is_some()) {
+            "recorded before the recorder wrote its connection columns"
+        } else {
+            "no request was sent"
+        };
+        for name in ["reconnects", "retries"] {
+            f.unavailable.insert(name.to_string(), why.to_string());
+        }
+        return;
+    }
+    f.connections_opened = Some(
+        known
+            .iter()
+            .filter(|s| s.info.opened_connection == Some(true))
+            .count() as i64,
+    );
+    f.retries = Some(known.iter().filter_map(|s| s.info.retries).sum());
+    let mut slots: std::collections::BTreeMap<i64, Vec<&Stream>> = Default::default();
+    for s in &known {
+        if let Some(slot) = s.info.slot {
+            slots.entry(slot).or_default().push(s);
+        }
+    }
+    if slots.is_empty() {
+        f.unavailable.insert(
+            "reconnects".to_string(),
+            "open-loop requests take any free connection, so a new one is the pool growing, not a reconnect"
+                .to_string(),
+        );
+        return;
+    }
+    // Per worker, in send order: every connection it opened after its first request.
+    f.reconnects = Some(
+        slots
+            .values_mut()
+            .map(|requests| {
+                requests.sort_by_key(|s| (s.info.sent_ns, s.info.request_id));
+                requests
+                    .iter()
+                    .skip(1)
+                    .filter(|s| s.info.opened_connection == Some(true))
+                    .count() as i64
+            })
+            .sum(),
+    );
+}
+
+/// How many requests each content check of the rule set found; a check the rule set
+/// does not make is unavailable.
+pub fn content(v: &DecodeView, rules: &RuleSet, f: &mut Figures) {
+    let c = &rules.content;
+    if c.script_mix_max_share.is_none() && !c.empty_output && !c.stop_early {
+        f.unavailable.insert(
+            "content_flags".to_string(),
+            format!("rule set {} makes no content checks", rules.id()),
+        );
+        return;
+    }
+    let found = super::content::checks(v, rules);
+    let count = |check: &str, on: bool| {
+        on.then(|| {
+            found
+                .iter()
+                .find(|x| x.check == check)
+                .map_or(0, |x| (x.findings.len() + x.more) as i64)
+        })
+    };
+    f.script_mix_requests = count("script_mix", c.script_mix_max_share.is_some());
+    f.empty_output_requests = count("empty_output", c.empty_output);
+    f.stop_early_requests = count("stop_early", c.stop_early);
+    f.content_flags = Some(
+        [
+            f.script_mix_requests,
+            f.empty_output_requests,
+            f.stop_early_requests,
+        ]
+        .into_iter()
+        .flatten()
+        .sum(),
+    );
 }
 
 /// Width of the slices sends are counted in.

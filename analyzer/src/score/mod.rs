@@ -3,6 +3,7 @@
 //! (`verdicts.rs`) and the warning rules (`warnings.rs`), one function per rule.
 
 mod capacity;
+pub mod content;
 mod measure;
 mod verdicts;
 mod view;

@@ -20,18 +20,31 @@ const EXCERPT_CHARS: usize = 80;
 pub type DecodeRule = fn(&DecodeView, &RuleSet) -> Vec<Evidence>;
 
 /// The verdict rules of burst and rate cells, in the order their evidence is listed.
-pub const OPEN: [DecodeRule; 2] = [failed_streams, looped];
+pub const OPEN: [DecodeRule; 3] = [failed_streams, looped, bad_output];
 
 /// Every decode verdict rule, in the order their evidence is listed.
-pub const DECODE: [DecodeRule; 7] = [
+pub const DECODE: [DecodeRule; 8] = [
     failed_streams,
     looped,
+    bad_output,
     warmup_not_ready,
     running_never_reached_n,
     running_mean_below,
     waiting_mean_above,
     waiting_sample_above,
 ];
+
+/// The content checks' findings, where the rule set makes them a verdict (`content.
+/// verdict`); otherwise they are warnings.
+pub fn bad_output(v: &DecodeView, rules: &RuleSet) -> Vec<Evidence> {
+    if !rules.content.verdict {
+        return Vec::new();
+    }
+    super::content::checks(v, rules)
+        .into_iter()
+        .map(Evidence::Content)
+        .collect()
+}
 
 fn failed(r: &RequestInfo, rules: &RuleSet) -> bool {
     rules

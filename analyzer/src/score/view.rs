@@ -9,7 +9,7 @@ use tokentrace_schemas::tables::Role;
 use crate::load::{EventInfo, Loaded, RequestInfo, Sample, TickCounts, TokenAgg};
 use crate::loops::{self, Repetition};
 use crate::presets::Preset;
-use crate::rules::{Channel, RuleSet, TokenCount};
+use crate::rules::{Channel, RequestScope, RuleSet, TokenCount};
 
 /// One request with its token aggregates, counted as the rule set says.
 #[derive(Debug, Clone, Copy)]
@@ -34,6 +34,29 @@ impl Gauge<'_> {
     pub fn mean(&self) -> Option<f64> {
         (!self.samples.is_empty())
             .then(|| self.samples.iter().map(|s| s.value).sum::<f64>() / self.samples.len() as f64)
+    }
+}
+
+/// Speculative decoding's series inside the window: the engine's counters of draft
+/// steps, draft tokens and accepted tokens, or its acceptance-length gauge.
+#[derive(Debug)]
+pub struct SpecSeries<'a> {
+    pub drafts: Gauge<'a>,
+    pub draft_tokens: Gauge<'a>,
+    pub accepted_tokens: Gauge<'a>,
+    pub accept_length: Gauge<'a>,
+}
+
+impl Gauge<'_> {
+    /// A counter's increase from its first to its last scrape inside the window;
+    /// `None` with fewer than two, or when it went down (the server restarted).
+    pub fn increase(&self) -> Option<f64> {
+        match (self.samples.first(), self.samples.last()) {
+            (Some(a), Some(b)) if self.samples.len() >= 2 && b.value >= a.value => {
+                Some(b.value - a.value)
+            }
+            _ => None,
+        }
     }
 }
 
@@ -94,6 +117,7 @@ pub struct DecodeView<'a> {
     pub events: &'a [EventInfo],
     pub running: Gauge<'a>,
     pub waiting: Gauge<'a>,
+    pub spec: SpecSeries<'a>,
     /// The recorder's lag samples over the whole cell.
     pub client_lag: &'a [Sample],
     /// The recorder's tick counts per second over the whole cell.
@@ -107,6 +131,8 @@ pub struct DecodeView<'a> {
     pub repeats: Vec<Repeats<'a>>,
     /// GPU telemetry over the whole cell, in time order (empty without it).
     pub gpu: &'a [tokentrace_schemas::tables::GpuRow],
+    /// Per request: its (content, reasoning) text, for requests with text.
+    pub texts: &'a std::collections::BTreeMap<i64, (String, String)>,
 }
 
 impl<'a> DecodeView<'a> {
@@ -143,6 +169,12 @@ impl<'a> DecodeView<'a> {
             events: loaded.events.get(&key).map(Vec::as_slice).unwrap_or(&[]),
             running: gauge(&preset.running),
             waiting: gauge(&preset.waiting),
+            spec: SpecSeries {
+                drafts: gauge(&preset.spec_drafts),
+                draft_tokens: gauge(&preset.spec_draft_tokens),
+                accepted_tokens: gauge(&preset.spec_accepted_tokens),
+                accept_length: gauge(&preset.spec_accept_length),
+            },
             client_lag: samples
                 .and_then(|s| s.get(tokentrace_schemas::protocol::CLIENT_LAG_METRIC))
                 .map(Vec::as_slice)
@@ -161,6 +193,7 @@ impl<'a> DecodeView<'a> {
             streams,
             repeats,
             gpu: loaded.gpu.get(&key).map(Vec::as_slice).unwrap_or(&[]),
+            texts: &loaded.text,
         })
     }
 
@@ -235,6 +268,21 @@ impl<'a> DecodeView<'a> {
                 (l + s.over.get(at).copied().unwrap_or(0.0), t + s.ticks)
             });
         (ticks > 0.0).then(|| late / ticks)
+    }
+
+    /// The streams the rule set's request scope keeps, whether or not they streamed a
+    /// token.
+    pub fn in_scope<'v>(&'v self, rules: &'v RuleSet) -> impl Iterator<Item = &'v Stream<'a>> {
+        let (open, close) = (self.open, self.close);
+        self.streams
+            .iter()
+            .filter(move |s| match rules.requests.scope {
+                RequestScope::All => true,
+                RequestScope::OverlappingWindow => {
+                    s.info.sent_ns.is_some_and(|t| t < close)
+                        && s.info.end_ns.is_none_or(|e| e >= open)
+                }
+            })
     }
 
     /// Whether `t` falls inside the window (both ends included).

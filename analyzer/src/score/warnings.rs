@@ -19,21 +19,36 @@ use crate::stats;
 pub type DecodeWarning = fn(&DecodeView, &RuleSet) -> Vec<Warning>;
 
 /// The warning rules of burst and rate cells, in the order their warnings are listed.
-pub const OPEN: [DecodeWarning; 4] = [suspected_loops, client_lag, drain_incomplete, warm_prefill];
+pub const OPEN: [DecodeWarning; 6] = [
+    suspected_loops,
+    client_lag,
+    drain_incomplete,
+    warm_prefill,
+    content,
+    connections,
+];
 
 /// Every replay-cell warning rule, in the order their warnings are listed: as burst and
 /// rate cells, but a replay's cache hits are the workload's own sharing (its figures
 /// compare them), and its schedule is the workload's.
-pub const REPLAY: [DecodeWarning; 4] =
-    [suspected_loops, client_lag, drain_incomplete, schedule_lag];
+pub const REPLAY: [DecodeWarning; 6] = [
+    suspected_loops,
+    client_lag,
+    drain_incomplete,
+    schedule_lag,
+    content,
+    connections,
+];
 
 /// Every decode warning rule, in the order their warnings are listed.
-pub const DECODE: [DecodeWarning; 5] = [
+pub const DECODE: [DecodeWarning; 7] = [
     suspected_loops,
     no_server_metrics,
     client_lag,
     drain_incomplete,
     cold_prefill,
+    content,
+    connections,
 ];
 
 /// Cold requests listed in a `cold_prefill` warning; the rest are counted.
@@ -181,6 +196,43 @@ pub fn drain_incomplete(v: &DecodeView, _: &RuleSet) -> Vec<Warning> {
         })
         .into_iter()
         .collect()
+}
+
+/// The content checks' findings, where the rule set does not make them a verdict.
+pub fn content(v: &DecodeView, rules: &RuleSet) -> Vec<Warning> {
+    if rules.content.verdict {
+        return Vec::new();
+    }
+    super::content::checks(v, rules)
+        .into_iter()
+        .map(Warning::Content)
+        .collect()
+}
+
+/// Requests sent again on a new connection, or workers that reconnected, beyond the
+/// rule's limits.
+pub fn connections(v: &DecodeView, rules: &RuleSet) -> Vec<Warning> {
+    let c = &rules.connections;
+    if c.max_retries.is_none() && c.max_reconnects.is_none() {
+        return Vec::new();
+    }
+    let mut f = crate::contract::Figures::default();
+    super::measure::connections(v, &mut f);
+    let (Some(retries), Some(opened)) = (f.retries, f.connections_opened) else {
+        return Vec::new();
+    };
+    let over = |n: Option<i64>, max: Option<u32>| n.zip(max).is_some_and(|(n, m)| n > i64::from(m));
+    if over(Some(retries), c.max_retries) || over(f.reconnects, c.max_reconnects) {
+        vec![Warning::Connections {
+            retries,
+            reconnects: f.reconnects,
+            connections_opened: opened,
+            max_retries: c.max_retries,
+            max_reconnects: c.max_reconnects,
+        }]
+    } else {
+        Vec::new()
+    }
 }
 
 /// Replay cells: requests left later than their schedule by more than the rule's limit

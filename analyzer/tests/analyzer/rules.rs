@@ -19,7 +19,14 @@ fn built_in_sets_load_by_name_and_version() {
     // default 1.0.0 stays as it was: no cache checks.
     let old = RuleSet::builtin("default@1.0.0").expect("default 1.0.0");
     assert_eq!(old.cache, Default::default());
-    assert_eq!(RuleSet::builtin("default").expect("d").version, "1.5.0");
+    assert_eq!(RuleSet::builtin("default").expect("d").version, "1.6.0");
+    // default 1.5.0 stays as it was: no content or connection checks.
+    let before_content = RuleSet::builtin("default@1.5.0").expect("default 1.5.0");
+    assert_eq!(before_content.content, Default::default());
+    assert_eq!(before_content.connections, Default::default());
+    let d = RuleSet::builtin("default").expect("d");
+    assert_eq!(d.content.script_mix_max_share, Some(0.05));
+    assert_eq!(d.connections.max_retries, Some(0));
     // default 1.2.0 stays as it was: no SLO.
     let before_slo = RuleSet::builtin("default@1.2.0").expect("default 1.2.0");
     assert_eq!(before_slo.slo, Default::default());
@@ -49,10 +56,21 @@ fn every_difference_of_the_default_set_is_documented() {
     let default = serde_json::to_value(RuleSet::builtin("default").expect("d")).expect("j");
     let mut differing = Vec::new();
     for (section, values) in default.as_object().expect("object") {
-        // The reference tool has no rate or replay cells, so no SLO and no replay lag:
-        // default's [slo] and [replay] tables are additions (documented where they are
-        // set), not differences.
-        if ["name", "version", "description", "slo", "replay"].contains(&section.as_str()) {
+        // The reference tool has no rate or replay cells, so no SLO and no replay lag;
+        // its CJK-leak watchdog is not a rule, and it judges no connections: default's
+        // [slo], [replay], [content] and [connections] tables are additions (documented
+        // where they are set), not differences.
+        if [
+            "name",
+            "version",
+            "description",
+            "slo",
+            "replay",
+            "content",
+            "connections",
+        ]
+        .contains(&section.as_str())
+        {
             continue;
         }
         // Both sets' keys: a setting left at its default is not written out.
@@ -105,6 +123,14 @@ fn bad_rule_files_name_the_file_and_the_problem() {
         (
             "extends = \"reference\"\n[metrics]\npreset = \"triton\"",
             "unknown preset `triton`",
+        ),
+        (
+            "extends = \"default\"\n[content]\nscripts = [\"Klingon\"]",
+            "unknown script `Klingon`",
+        ),
+        (
+            "extends = \"default\"\n[content]\nscript_mix_max_share = 5.0",
+            "content.script_mix_max_share: 5 is not within 0–1",
         ),
         (
             "extends = \"reference\"\nname = \"a/b\"",
