@@ -1511,7 +1511,13 @@ pub(crate) fn cell_notes(c: &CellScore) -> Vec<String> {
                 max_retries,
                 max_reconnects,
             } => format!(
-                "warning: {retries} requests were sent again on a new connection (their kept-alive one closed under them; limit {}), {} reconnects by its workers (limit {}), {connections_opened} connections opened: each paid a connect inside its latency",
+                "warning: {retries} {} sent again on a new connection (the kept-alive one closed under {}; limit {}), {} reconnects by its workers (limit {}), {connections_opened} connections opened: each retry paid a failed send and a connect inside its latency",
+                if *retries == 1 {
+                    "request was"
+                } else {
+                    "requests were"
+                },
+                if *retries == 1 { "it" } else { "them" },
                 max_retries.map_or_else(dash, |m| m.to_string()),
                 reconnects.map_or_else(dash, |r| r.to_string()),
                 max_reconnects.map_or_else(dash, |m| m.to_string()),
