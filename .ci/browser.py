@@ -4,6 +4,8 @@ usage: browser.py SHOTS_DIR PAGE.html:SCORING.json|COMPARISON.html:- ...
 
 For each page, from a file URL with every network request refused:
 - the console has no errors, and the page made no request beyond its own file;
+- the served model's name is shown as text, whatever it holds, the page has its own six
+  script elements only, and its embedded JSON parses;
 - the decode matrix has one cell per decode cell of the JSON scoring, with its verdict,
   total tok/s and median TTFT equal to the scoring's;
 - every chart (prefill by context; total tok/s, per-request tok/s and TTFT against
@@ -95,6 +97,26 @@ def check_comparison(driver, page, shots):
 
 def check(driver, page, scoring, shots):
     problems = offline(driver, page)
+
+    # Text is shown as text: the served model's name, whatever it holds (`<!--<script>`,
+    # `</script>`, `]]>`), is the text of its fact, and the page's elements are the
+    # page's own (no script or comment opened by a name or an answer).
+    served = driver.execute_script(
+        "var d=[].slice.call(document.querySelectorAll('dl.facts dt'))"
+        ".filter(function(t){return t.textContent==='Served model'})[0];"
+        "return d?d.nextElementSibling.textContent:null"
+    )
+    if served != scoring["run"]["model"]:
+        problems.append(f"served model shown as {served!r}, the scoring's is {scoring['run']['model']!r}")
+    scripts = driver.execute_script("return document.scripts.length")
+    if scripts != 6:
+        problems.append(f"{scripts} script elements, the page has 6")
+    for id in ("chart-data", "cell-data"):
+        ok = driver.execute_script(
+            f"try{{JSON.parse(document.getElementById('{id}').textContent);return true}}catch(e){{return false}}"
+        )
+        if not ok:
+            problems.append(f"#{id} is not JSON")
 
     cells = [c for c in scoring["cells"] if c["phase"] == "decode"]
     shown = driver.find_elements(By.CSS_SELECTOR, "#matrix td.cell")

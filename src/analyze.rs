@@ -8,7 +8,7 @@ use std::process::ExitCode;
 
 use anyhow::{Context, bail};
 use tokentrace_analyzer::contract::{Scoring, Verdict};
-use tokentrace_analyzer::render::{self, Format};
+use tokentrace_analyzer::report::{self, Format};
 use tokentrace_analyzer::{RuleSet, diff, score_dir};
 
 /// The rule set used when none is given.
@@ -135,7 +135,7 @@ pub fn report(args: &ReportArgs) -> anyhow::Result<ExitCode> {
         }
         write_out(
             args.out.as_deref(),
-            &tokentrace_analyzer::html::comparison(&sides),
+            &tokentrace_analyzer::report::comparison(&sides),
         )?;
         return Ok(if damaged {
             ExitCode::FAILURE
@@ -153,11 +153,11 @@ pub fn report(args: &ReportArgs) -> anyhow::Result<ExitCode> {
             .with_context(|| format!("cannot score {}", run_dir.display()))?;
         let traces = tokentrace_analyzer::trace::traces_of(&run, &s, &loaded)
             .with_context(|| format!("cannot trace {}", run_dir.display()))?;
-        let text = tokentrace_analyzer::html::html_with_traces(&s, &traces);
+        let text = tokentrace_analyzer::report::html_page(&s, &traces);
         (s, text)
     } else {
         let s = scored(run_dir, &rules)?;
-        let text = render::render(&s, args.format);
+        let text = report::render(&s, args.format);
         (s, text)
     };
     write_out(args.out.as_deref(), &text)?;
@@ -186,7 +186,7 @@ pub fn rescore(args: &RescoreArgs, out: &mut impl Write) -> anyhow::Result<ExitC
         let dir = run.join("results");
         std::fs::create_dir_all(&dir)
             .with_context(|| format!("cannot create {}", dir.display()))?;
-        write_out(Some(&path), &render::json(&s))?;
+        write_out(Some(&path), &report::json(&s))?;
         // A stored run gets its scoring back in the store, next to its trace.
         let written = crate::remote::upload_back(&local, &path)?;
         let count = |v: Verdict| s.cells.iter().filter(|c| c.verdict == Some(v)).count();
@@ -235,7 +235,7 @@ pub fn diff(args: &DiffArgs, out: &mut impl Write) -> anyhow::Result<ExitCode> {
     let d = diff::diff(&a, &b, args.min_change);
     let text = match args.format {
         Format::Html => {
-            tokentrace_analyzer::html::comparison(&[("A".to_string(), a), ("B".to_string(), b)])
+            tokentrace_analyzer::report::comparison(&[("A".to_string(), a), ("B".to_string(), b)])
         }
         Format::Json => {
             let mut t = serde_json::to_string_pretty(&d).context("cannot encode the diff")?;

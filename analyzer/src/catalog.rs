@@ -10,7 +10,6 @@ use tokentrace_schemas::manifest::fact;
 use crate::contract::Scoring;
 use crate::error::{Error, Result};
 use crate::figures::{FIGURES, Value};
-use crate::render::{verdict_name, warning_kinds};
 
 /// The run-level columns, in order (then the cell's, then the figures, then warnings).
 pub const RUN_COLUMNS: [&str; 11] = [
@@ -114,7 +113,7 @@ pub fn table(entries: &[Entry]) -> Result<DataFrame> {
         text_column(
             "verdict",
             rows.iter()
-                .map(|(_, c)| Some(verdict_name(c)).filter(|v| !v.is_empty()))
+                .map(|(_, c)| c.verdict.map(|v| v.as_str().to_string()))
                 .collect(),
         ),
     ];
@@ -163,7 +162,15 @@ pub fn table(entries: &[Entry]) -> Result<DataFrame> {
     columns.push(text_column(
         "warnings",
         rows.iter()
-            .map(|(_, c)| Some(warning_kinds(c).join(";")))
+            .map(|(_, c)| {
+                Some(
+                    c.warnings
+                        .iter()
+                        .map(|w| w.kind())
+                        .collect::<Vec<_>>()
+                        .join(";"),
+                )
+            })
             .collect(),
     ));
     DataFrame::new(rows.len(), columns).map_err(|source| Error::Polars {

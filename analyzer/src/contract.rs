@@ -227,6 +227,24 @@ impl Evidence {
     }
 }
 
+impl Warning {
+    /// The warning's kind, as the JSON scoring names it (`client_lag`, …).
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Warning::ClientLag { .. } => "client_lag",
+            Warning::SuspectedLoop(_) => "suspected_loop",
+            Warning::NoServerMetrics { .. } => "no_server_metrics",
+            Warning::DrainIncomplete { .. } => "drain_incomplete",
+            Warning::ColdPrefill { .. } => "cold_prefill",
+            Warning::WarmPrefill { .. } => "warm_prefill",
+            Warning::ScheduleLag { .. } => "schedule_lag",
+            Warning::ReplaySkipped { .. } => "replay_skipped",
+            Warning::Content(_) => "content",
+            Warning::Connections { .. } => "connections",
+        }
+    }
+}
+
 /// A repetition found in one request's text.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]

@@ -5,19 +5,19 @@
 //! The map: [`run`] opens a folder and [`load`] reads its tables; [`rules`] and
 //! [`presets`] say how to judge; [`score()`] builds one view per cell and applies each
 //! rule; [`contract`] is the serialized result; [`figures`] is the one figure table that
-//! [`render`] (Markdown, CSV, JSON) and [`diff`] read.
+//! [`report`] (Markdown, CSV, JSON, HTML: one door, a format-free model and a writer per
+//! format) and [`diff`] read.
 
 pub mod catalog;
 pub mod contract;
 pub mod diff;
 pub mod error;
 pub mod figures;
-pub mod html;
 pub mod load;
 pub mod loops;
 pub mod numbers;
 pub mod presets;
-pub mod render;
+pub mod report;
 pub mod rules;
 pub mod run;
 pub mod score;

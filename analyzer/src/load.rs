@@ -556,6 +556,19 @@ fn load_chunks(run: &Run, chunks: LazyFrame, out: &mut Loaded) -> Result<()> {
         .with_column(Column::new("usage_tokens".into(), usage_tokens))
         .map_err(perr(run))?;
     let with_window = with_window.lazy();
+    token_aggregates(run, &with_window, &continuous, out)?;
+    gaps_and_delays(run, &with_window, out)?;
+    texts(run, with_window, out)
+}
+
+/// Per request, its token aggregates (`TokenAgg`) from the chunks joined with their
+/// cell's window; `continuous`: the requests whose every token event carried usage.
+fn token_aggregates(
+    run: &Run,
+    with_window: &LazyFrame,
+    continuous: &std::collections::HashSet<i64>,
+    out: &mut Loaded,
+) -> Result<()> {
     let has_tokens = col("tokens").gt(lit(0));
     let agg = with_window
         .clone()
@@ -658,6 +671,13 @@ fn load_chunks(run: &Run, chunks: LazyFrame, out: &mut Loaded) -> Result<()> {
         );
     }
 
+    Ok(())
+}
+
+/// Per cell, the gaps between consecutive token events of a request and the chunks'
+/// queueing delays, inside the window.
+fn gaps_and_delays(run: &Run, with_window: &LazyFrame, out: &mut Loaded) -> Result<()> {
+    let has_tokens = col("tokens").gt(lit(0));
     // Gaps between consecutive token events of a request, and queueing delays, inside
     // the window.
     let owner: BTreeMap<i64, CellKey> = out
@@ -704,6 +724,11 @@ fn load_chunks(run: &Run, chunks: LazyFrame, out: &mut Loaded) -> Result<()> {
         }
     }
 
+    Ok(())
+}
+
+/// The text of every request that has any, in stream order.
+fn texts(run: &Run, with_window: LazyFrame, out: &mut Loaded) -> Result<()> {
     // Text of every request that has any, in stream order.
     let text = with_window
         .filter(

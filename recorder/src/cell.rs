@@ -20,9 +20,11 @@ use tokentrace_schemas::writer::CellWriter;
 use tokentrace_schemas::{CellKey, Phase};
 use tokio::sync::{Notify, oneshot, watch};
 
-use crate::client::{self, Body, Lane, Record, RequestSpec, RunCtl, TokenCounting};
+use crate::client::{self, Lane, RunCtl, TokenCounting};
 use crate::http::Transport;
 use crate::pace::{AfterRefusal, GaveUp, Pacer};
+use crate::queue::Record;
+use crate::request::{Body, RequestSpec};
 use crate::{queue, scrape};
 
 /// How long the writer thread sleeps when the queue is empty, unless a sender finds it
@@ -959,7 +961,7 @@ impl ReplayPlan {
     /// (with `ignore_eos`, as every body of the run).
     pub fn body(&self, item: &crate::replay::Item) -> bytes::Bytes {
         const MARK: &str = "\"@@tokentrace-replay-prompt@@\"";
-        let head = crate::probe::stream_body(
+        let head = crate::request::stream_body(
             &self.model,
             Endpoint::Completions,
             &serde_json::Value::String(MARK.trim_matches('"').to_string()),

@@ -10,81 +10,15 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use tokentrace_schemas::clock::RunClock;
-use tokentrace_schemas::tables::{
-    ChunkRow, EndReason, Endpoint, EventKind, EventRow, RequestRow, Role,
-};
+use tokentrace_schemas::tables::{EndReason, EventKind, EventRow, RequestRow};
 use tokentrace_wire::{Assembler, End};
 use tokio::sync::{oneshot, watch};
 
 pub use tokentrace_wire::{MAX_ERROR_BODY, TokenCounting};
 
 use crate::http::{BodyDecoder, Conn, Transport, parse_head};
-
-/// What goes to a cell's writer.
-#[derive(Debug, Clone)]
-pub enum Record {
-    /// One socket read of a response body and the rows of the events it completed.
-    Read {
-        request_id: i64,
-        arrival_ns: i64,
-        /// The body bytes of the read (transfer framing removed); may be empty when
-        /// only rows are handed over (at the end of a request).
-        bytes: Vec<u8>,
-        chunks: Vec<ChunkRow>,
-    },
-    Request(Box<RequestRow>),
-    /// Samples of one metrics scrape (the server's, or the recorder's own health).
-    Metrics(Vec<tokentrace_schemas::tables::MetricRow>),
-    /// One GPU telemetry sample (a row per GPU).
-    Gpu(Vec<tokentrace_schemas::tables::GpuRow>),
-    Event(EventRow),
-    /// One request of a replay cell's workload (`replay` table).
-    Replay(Box<tokentrace_schemas::tables::ReplayRow>),
-    /// The cell ended normally: commit it. A writer whose channel closes without this
-    /// (Ctrl-C, a crash) leaves the cell uncommitted, to be redone by `--resume`.
-    Commit,
-}
-
-/// A request's JSON body: the one its cell shares, or its own variant of the cell's
-/// prompt (burst and rate cells: [`crate::prompt::Variants`]).
-#[derive(Debug, Clone)]
-pub enum Body {
-    Shared(bytes::Bytes),
-    Variant(Arc<crate::prompt::Variants>, u64),
-}
-
-impl From<bytes::Bytes> for Body {
-    fn from(b: bytes::Bytes) -> Self {
-        Self::Shared(b)
-    }
-}
-
-impl From<String> for Body {
-    fn from(s: String) -> Self {
-        Self::Shared(s.into())
-    }
-}
-
-impl From<&'static str> for Body {
-    fn from(s: &'static str) -> Self {
-        Self::Shared(s.into())
-    }
-}
-
-/// One request to send.
-#[derive(Debug, Clone)]
-pub struct RequestSpec {
-    pub request_id: i64,
-    pub slot: Option<i32>,
-    pub role: Role,
-    pub endpoint: Endpoint,
-    /// JSON body.
-    pub body: Body,
-    pub prompt_tokens_requested: i32,
-    pub max_tokens: Option<i32>,
-    /// When the request was due (a rate cell's schedule); `None`: when it is run.
-    pub scheduled_ns: Option<i64>,
-}
+use crate::queue::Record;
+use crate::request::RequestSpec;
 
 /// How a request is run, beyond what it is.
 #[derive(Debug)]

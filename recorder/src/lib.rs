@@ -2,10 +2,18 @@
 //! matrix and writes every chunk, request, metric sample and raw byte to a run folder.
 //! Its dependency tree holds the format and wire crates, tokio and reqwest: no polars,
 //! no simulator, no axum. It is what the GPU box builds.
+//!
+//! The map, leaves first: [`request`] (a request before it is sent), [`control`] (small
+//! JSON calls through reqwest), [`queue`] (the bounded queue to a cell's writer and what
+//! goes on it), [`http`] (the measured connection), [`client`] (one streamed request,
+//! recorded), [`prompt`] (prompts of an exact length), [`probe`] (what the server is),
+//! [`scrape`], [`gpu`], [`host`], [`facts`], [`pace`], [`replay`] (workloads from
+//! files), [`cell`] (one cell), [`runner`] (the run), [`store`] (object storage), [`cli`].
 
 pub mod cell;
 pub mod cli;
 pub mod client;
+pub mod control;
 pub mod facts;
 pub mod gpu;
 pub mod host;
@@ -15,6 +23,7 @@ pub mod probe;
 pub mod prompt;
 pub mod queue;
 pub mod replay;
+pub mod request;
 pub mod runner;
 pub mod scrape;
 pub mod store;

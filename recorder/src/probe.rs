@@ -9,8 +9,11 @@ use serde_json::{Value, json};
 use tokentrace_schemas::manifest::{EngineInfo, ServerCapabilities};
 use tokentrace_schemas::tables::Endpoint;
 
-use crate::client::{self, Lane, Record, RequestSpec, RunCtl, TokenCounting};
+use crate::client::{self, Lane, RunCtl, TokenCounting};
+use crate::control::{MAX_ANSWER_BYTES, get_tokenize, join};
 use crate::http::Transport;
+use crate::queue::Record;
+use crate::request::{RequestSpec, stream_body};
 use crate::scrape::read_body;
 use tokentrace_schemas::clock::RunClock;
 use tokentrace_schemas::tables::Role;
@@ -51,10 +54,6 @@ pub struct ServerInfo {
     pub facts: Vec<tokentrace_schemas::manifest::Fact>,
 }
 
-/// The most of a JSON answer (`/v1/models`, `/version`, `/tokenize`, ...) the probe
-/// reads: token ids of a 1M-token prompt fit.
-pub const MAX_ANSWER_BYTES: usize = 16 * 1024 * 1024;
-
 async fn get_json(client: &reqwest::Client, url: &str) -> Result<Value, ProbeError> {
     let resp = client
         .get(url)
@@ -86,33 +85,6 @@ async fn get_json(client: &reqwest::Client, url: &str) -> Result<Value, ProbeErr
     })
 }
 
-/// Base URL joined with a path.
-pub fn join(base: &str, path: &str) -> String {
-    format!("{}{path}", base.trim_end_matches('/'))
-}
-
-/// The generation URL of an endpoint.
-pub fn endpoint_url(base: &str, endpoint: Endpoint) -> String {
-    match endpoint {
-        Endpoint::Completions => join(base, "/v1/completions"),
-        Endpoint::Chat => join(base, "/v1/chat/completions"),
-    }
-}
-
-/// A request body that asks for everything the recorder can use.
-pub fn stream_body(model: &str, endpoint: Endpoint, prompt: &Value, max_tokens: u32) -> Value {
-    let mut b = json!({
-        "model": model, "max_tokens": max_tokens, "stream": true, "ignore_eos": true, "temperature": 0,
-        "return_token_ids": true,
-        "stream_options": {"include_usage": true, "continuous_usage_stats": true},
-    });
-    match endpoint {
-        Endpoint::Completions => b["prompt"] = prompt.clone(),
-        Endpoint::Chat => b["messages"] = json!([{"role": "user", "content": prompt}]),
-    }
-    b
-}
-
 /// What the probe is asked to look at.
 #[derive(Debug, Clone, Copy)]
 pub struct ProbeTarget<'a> {
@@ -142,49 +114,9 @@ pub async fn probe(
         metrics_url,
         stall_timeout,
     } = target;
-    let models_url = join(base, "/v1/models");
-    let models = get_json(client, &models_url).await?;
-    let list: Vec<&Value> = models["data"]
-        .as_array()
-        .map(|a| a.iter().collect())
-        .unwrap_or_default();
-    let served: Vec<String> = list
-        .iter()
-        .filter_map(|m| m["id"].as_str().map(str::to_string))
-        .collect();
-    let model = match model {
-        Some(m) if served.iter().any(|s| s == m) => m.to_string(),
-        Some(m) => {
-            return Err(ProbeError::UnknownModel {
-                model: m.to_string(),
-                served: served.join(", "),
-            });
-        }
-        None => served.first().cloned().ok_or_else(|| ProbeError::Shape {
-            url: models_url.clone(),
-            reason: "no model listed".to_string(),
-        })?,
-    };
-    let entry = list
-        .iter()
-        .find(|m| m["id"].as_str() == Some(model.as_str()));
-    let (max_model_len, max_model_len_source) = context_limit(client, base, entry.copied()).await;
-
-    let mut engine = EngineInfo::default();
-    let version = get_json(client, &join(base, "/version")).await.ok();
-    if let Some(v) = &version {
-        engine.version = v["version"].as_str().map(str::to_string);
-        engine.name = v["engine"].as_str().map(str::to_string);
-        if let Some(obj) = v.as_object() {
-            for (k, val) in obj {
-                engine.details.insert(
-                    k.clone(),
-                    val.as_str().map_or_else(|| val.to_string(), str::to_string),
-                );
-            }
-        }
-    }
-
+    let (model, entry) = served_model(client, base, model).await?;
+    let (max_model_len, max_model_len_source) = context_limit(client, base, entry.as_ref()).await;
+    let (version, mut engine) = version(client, base).await;
     let metrics_url = metrics_url.map_or_else(|| join(base, "/metrics"), str::to_string);
     let metrics_text = match client
         .get(&metrics_url)
@@ -210,12 +142,112 @@ pub async fn probe(
             .map(|e| e.name().to_string());
     }
 
-    // The engine's facts, most trusted source first: its version endpoint, the
-    // engine-specific endpoints, then the metrics' info series.
-    let mut facts = version
-        .as_ref()
-        .map(crate::facts::from_version)
+    let facts = facts(
+        client,
+        base,
+        version.as_ref(),
+        (max_model_len, max_model_len_source.as_deref()),
+        metrics_text.as_deref(),
+    )
+    .await;
+    let tokenize = tokenize_shape(client, base, &model).await;
+    let (records, ids, usage_per_chunk) =
+        probe_stream(transport, clock, &model, endpoint, stall_timeout).await;
+    let counting = if ids {
+        TokenCounting::TokenIds
+    } else if usage_per_chunk {
+        TokenCounting::Usage
+    } else {
+        TokenCounting::OnePerChunk
+    };
+    Ok(ServerInfo {
+        capabilities: ServerCapabilities {
+            continuous_usage_stats: Some(usage_per_chunk),
+            return_token_ids: Some(ids),
+            metrics: Some(metrics_ok),
+            tokenize,
+            max_model_len,
+            max_model_len_source,
+            token_counting: Some(counting.as_str().to_string()),
+        },
+        model,
+        max_model_len,
+        engine,
+        counting,
+        metrics_url: metrics_ok.then_some(metrics_url),
+        probe_records: records,
+        facts,
+    })
+}
+
+/// The model to run (`model`, which the server must list, else the first it lists) and
+/// its `/v1/models` entry.
+async fn served_model(
+    client: &reqwest::Client,
+    base: &str,
+    model: Option<&str>,
+) -> Result<(String, Option<Value>), ProbeError> {
+    let models_url = join(base, "/v1/models");
+    let models = get_json(client, &models_url).await?;
+    let list: Vec<&Value> = models["data"]
+        .as_array()
+        .map(|a| a.iter().collect())
         .unwrap_or_default();
+    let served: Vec<String> = list
+        .iter()
+        .filter_map(|m| m["id"].as_str().map(str::to_string))
+        .collect();
+    let model = match model {
+        Some(m) if served.iter().any(|s| s == m) => m.to_string(),
+        Some(m) => {
+            return Err(ProbeError::UnknownModel {
+                model: m.to_string(),
+                served: served.join(", "),
+            });
+        }
+        None => served.first().cloned().ok_or_else(|| ProbeError::Shape {
+            url: models_url.clone(),
+            reason: "no model listed".to_string(),
+        })?,
+    };
+    let entry = list
+        .iter()
+        .find(|m| m["id"].as_str() == Some(model.as_str()))
+        .map(|m| (*m).clone());
+    Ok((model, entry))
+}
+
+/// `/version` as the server answers it, and the engine it names.
+async fn version(client: &reqwest::Client, base: &str) -> (Option<Value>, EngineInfo) {
+    let mut engine = EngineInfo::default();
+    let version = get_json(client, &join(base, "/version")).await.ok();
+    if let Some(v) = &version {
+        engine.version = v["version"].as_str().map(str::to_string);
+        engine.name = v["engine"].as_str().map(str::to_string);
+        if let Some(obj) = v.as_object() {
+            for (k, val) in obj {
+                engine.details.insert(
+                    k.clone(),
+                    val.as_str().map_or_else(|| val.to_string(), str::to_string),
+                );
+            }
+        }
+    }
+
+    (version, engine)
+}
+
+/// The engine's facts, most trusted source first: its version endpoint, the
+/// engine-specific endpoints, the probe's context limit (with where it came from), then
+/// the metrics' info series.
+async fn facts(
+    client: &reqwest::Client,
+    base: &str,
+    version: Option<&Value>,
+    (max_model_len, max_model_len_source): (Option<u32>, Option<&str>),
+    metrics_text: Option<&str>,
+) -> Vec<tokentrace_schemas::manifest::Fact> {
+    let mut facts = version.map(crate::facts::from_version).unwrap_or_default();
     for (path, extract) in [
         (
             "/get_server_info",
@@ -228,17 +260,14 @@ pub async fn probe(
             facts.extend(extract(&v));
         }
     }
-    if let (Some(len), Some(source)) = (max_model_len, &max_model_len_source) {
+    if let (Some(len), Some(source)) = (max_model_len, max_model_len_source) {
         facts.push(tokentrace_schemas::manifest::Fact::new(
             "engine.max_model_len",
             len.to_string(),
             format!("probe ({source})"),
         ));
     }
-    if let Some(rows) = metrics_text
-        .as_deref()
-        .and_then(|t| crate::scrape::parse_exposition(t, 0, 0).ok())
-    {
+    if let Some(rows) = metrics_text.and_then(|t| crate::scrape::parse_exposition(t, 0, 0).ok()) {
         facts.extend(crate::facts::from_info_series(&rows));
     }
     let mut facts = crate::facts::merge(facts);
@@ -246,9 +275,14 @@ pub async fn probe(
         facts = crate::facts::merge(facts.into_iter().chain([kv]));
     }
 
+    facts
+}
+
+/// Which `/tokenize` shape the server answers (`vllm`, `llama.cpp`), if any.
+async fn tokenize_shape(client: &reqwest::Client, base: &str, model: &str) -> Option<String> {
     // A shape counts only when "hello" gives tokens: llama.cpp answers the vLLM shape
     // with an empty list (it ignores fields it does not know).
-    let tokenize = if get_tokenize(client, base, &json!({"model": model, "prompt": "hello"}))
+    if get_tokenize(client, base, &json!({"model": model, "prompt": "hello"}))
         .await
         .is_some_and(|t| !t.is_empty())
     {
@@ -264,11 +298,19 @@ pub async fn probe(
         Some("llama.cpp".to_string())
     } else {
         None
-    };
+    }
+}
 
-    // One short stream, recorded like any request (its rows go into the first cell):
-    // does it carry token ids, or cumulative usage on every text event?
-    let body = stream_body(&model, endpoint, &Value::String(" hello".to_string()), 4);
+/// One short stream, recorded like any request (its rows go into the first cell): its
+/// records, and whether its text events carried token ids, or cumulative usage.
+async fn probe_stream(
+    transport: &std::sync::Arc<Transport>,
+    clock: &RunClock,
+    model: &str,
+    endpoint: Endpoint,
+    stall_timeout: Duration,
+) -> (Vec<Record>, bool, bool) {
+    let body = stream_body(model, endpoint, &Value::String(" hello".to_string()), 4);
     let spec = RequestSpec {
         request_id: 0,
         slot: None,
@@ -311,31 +353,7 @@ pub async fn probe(
             }
         }
     }
-    let counting = if ids {
-        TokenCounting::TokenIds
-    } else if usage_per_chunk {
-        TokenCounting::Usage
-    } else {
-        TokenCounting::OnePerChunk
-    };
-    Ok(ServerInfo {
-        capabilities: ServerCapabilities {
-            continuous_usage_stats: Some(usage_per_chunk),
-            return_token_ids: Some(ids),
-            metrics: Some(metrics_ok),
-            tokenize,
-            max_model_len,
-            max_model_len_source,
-            token_counting: Some(counting.as_str().to_string()),
-        },
-        model,
-        max_model_len,
-        engine,
-        counting,
-        metrics_url: metrics_ok.then_some(metrics_url),
-        probe_records: records,
-        facts,
-    })
+    (records, ids, usage_per_chunk)
 }
 
 /// The longest request (prompt + output) the server accepts, in tokens, and where that
@@ -382,24 +400,4 @@ async fn context_limit(
         Some((v, s)) => (Some(v), Some(s)),
         None => (None, None),
     }
-}
-
-/// The JSON answer of `POST base/path` with `body`; `None` on any failure or non-2xx.
-pub async fn post_json(
-    client: &reqwest::Client,
-    base: &str,
-    path: &str,
-    body: &Value,
-) -> Option<Value> {
-    let mut resp = client.post(join(base, path)).json(body).send().await.ok()?;
-    if !resp.status().is_success() {
-        return None;
-    }
-    serde_json::from_slice(&read_body(&mut resp, MAX_ANSWER_BYTES).await.ok()?).ok()
-}
-
-/// Token ids of `/tokenize` for `body`, if that shape is served.
-pub async fn get_tokenize(client: &reqwest::Client, base: &str, body: &Value) -> Option<Vec<u64>> {
-    let v = post_json(client, base, "/tokenize", body).await?;
-    v["tokens"].as_array()?.iter().map(Value::as_u64).collect()
 }

@@ -8,7 +8,7 @@ use std::borrow::Cow;
 use serde_json::{Value, json};
 use tokentrace_schemas::tables::Endpoint;
 
-use crate::probe::{get_tokenize, post_json};
+use crate::control::{get_tokenize, post_json};
 
 /// Why a prompt could not be built.
 #[derive(Debug, thiserror::Error)]
@@ -246,7 +246,7 @@ enum Vary {
 }
 
 impl Variants {
-    /// Variants of `body` (a [`crate::probe::stream_body`]); `None` when its prompt is
+    /// Variants of `body` (a [`crate::request::stream_body`]); `None` when its prompt is
     /// too short to vary.
     pub fn new(body: &Value, endpoint: Endpoint) -> Option<Self> {
         let mut marked = body.clone();
@@ -368,7 +368,7 @@ impl Variants {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::probe::stream_body;
+    use crate::request::stream_body;
 
     #[test]
     fn completion_variants_differ_at_the_start_and_keep_every_other_id() {

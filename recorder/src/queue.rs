@@ -9,7 +9,32 @@ use std::time::Duration;
 
 use tokio::sync::{Semaphore, mpsc};
 
-use crate::client::Record;
+use tokentrace_schemas::tables::{ChunkRow, EventRow, RequestRow};
+
+/// What goes to a cell's writer.
+#[derive(Debug, Clone)]
+pub enum Record {
+    /// One socket read of a response body and the rows of the events it completed.
+    Read {
+        request_id: i64,
+        arrival_ns: i64,
+        /// The body bytes of the read (transfer framing removed); may be empty when
+        /// only rows are handed over (at the end of a request).
+        bytes: Vec<u8>,
+        chunks: Vec<ChunkRow>,
+    },
+    Request(Box<RequestRow>),
+    /// Samples of one metrics scrape (the server's, or the recorder's own health).
+    Metrics(Vec<tokentrace_schemas::tables::MetricRow>),
+    /// One GPU telemetry sample (a row per GPU).
+    Gpu(Vec<tokentrace_schemas::tables::GpuRow>),
+    Event(EventRow),
+    /// One request of a replay cell's workload (`replay` table).
+    Replay(Box<tokentrace_schemas::tables::ReplayRow>),
+    /// The cell ended normally: commit it. A writer whose channel closes without this
+    /// (Ctrl-C, a crash) leaves the cell uncommitted, to be redone by `--resume`.
+    Commit,
+}
 
 /// Records the queue holds at most.
 pub const QUEUE_RECORDS: usize = 8 * 1024;

@@ -19,8 +19,9 @@ use tokentrace_schemas::{CellKey, Phase, SCHEMA_VERSION};
 
 use crate::cell::{self, CellError, CellPlan, RunCtx};
 use crate::http::Transport;
-use crate::probe::{self, ProbeError, endpoint_url, stream_body};
+use crate::probe::{self, ProbeError};
 use crate::prompt::{self, PromptError};
+use crate::request::{endpoint_url, stream_body};
 
 /// Defaults of the reference methodology.
 pub const DEFAULT_CONTEXTS: [u32; 5] = [8192, 16384, 32768, 65536, 131072];

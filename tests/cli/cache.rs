@@ -190,7 +190,7 @@ async fn prefill_measured_during_decode_warm_up_agrees_with_the_scout() {
                 .expect("rate"),
         );
         let md =
-            tokentrace_analyzer::render::render(&s, tokentrace_analyzer::render::Format::Markdown);
+            tokentrace_analyzer::report::render(&s, tokentrace_analyzer::report::Format::Markdown);
         let named = match mode {
             PrefillMode::Scout => "- Prefill mode: Cold scout request per context",
             PrefillMode::Warmup => "- Prefill mode: Measured during decode warm-up",

@@ -13,7 +13,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use tokentrace_analyzer::contract::{Evidence, Verdict};
-use tokentrace_analyzer::{RuleSet, render, score_dir};
+use tokentrace_analyzer::{RuleSet, report, score_dir};
 use tokentrace_recorder::runner::{self, RecordOptions};
 use tokentrace_schemas::layout::list_cells;
 use tokentrace_schemas::raw::RawReader;
@@ -338,7 +338,7 @@ async fn a_real_llama_cpp_server_is_recorded_and_analyzed() {
         for c in s.cells.iter().filter(|c| c.concurrency < 4) {
             assert!(c.verdict.is_some(), "{:?}", c.key());
         }
-        let report = render::render(&s, render::Format::Markdown);
+        let report = report::render(&s, report::Format::Markdown);
         assert!(report.contains("## Sustained decode"), "{report}");
         assert!(report.contains("Requests queued"), "{report}");
         eprintln!("{report}");
@@ -439,7 +439,7 @@ async fn a_real_llama_cpp_server_is_recorded_and_analyzed() {
             c.evidence
         );
     }
-    let report = render::render(&s, render::Format::Markdown);
+    let report = report::render(&s, report::Format::Markdown);
     assert!(report.contains("## Burst / E2E"), "{report}");
     assert!(report.contains("## Request rate"), "{report}");
     eprintln!("{report}");

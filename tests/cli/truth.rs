@@ -634,7 +634,7 @@ async fn burst_and_rate_cells_agree_with_the_simulators_ground_truth() {
         ]
     );
     // The report has both sections and names the knee.
-    let md = tokentrace_analyzer::render::render(&s, tokentrace_analyzer::render::Format::Markdown);
+    let md = tokentrace_analyzer::report::render(&s, tokentrace_analyzer::report::Format::Markdown);
     assert!(md.contains("## Burst / E2E"), "{md}");
     assert!(md.contains("## Request rate"), "{md}");
     assert!(
@@ -699,7 +699,7 @@ async fn burst_and_rate_cells_agree_with_the_simulators_ground_truth() {
         said.contains("SLO missed") || d.verdicts_changed.is_empty(),
         "{said}"
     );
-    let html = tokentrace_analyzer::render::render(&s, tokentrace_analyzer::render::Format::Html);
+    let html = tokentrace_analyzer::report::render(&s, tokentrace_analyzer::report::Format::Html);
     for part in [
         "<h2>Burst / E2E</h2>",
         "<h2>Request rate</h2>",
@@ -840,7 +840,7 @@ async fn without_server_metrics_the_client_side_evidence_is_used_and_said() {
         "{:?}",
         decode.warnings
     );
-    let md = tokentrace_analyzer::render::render(&s, tokentrace_analyzer::render::Format::Markdown);
+    let md = tokentrace_analyzer::report::render(&s, tokentrace_analyzer::report::Format::Markdown);
     assert!(!md.contains("did not drain"), "{md}");
     assert!(
         md.contains("- Server metrics: no (client-side evidence only)"),

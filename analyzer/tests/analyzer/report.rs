@@ -3,7 +3,7 @@
 //! doubled separator, token counting is said in words, the legend names only the
 //! verdicts present, and a queued cell's note is one line.
 
-use tokentrace_analyzer::render::{Format, model_display_name, render};
+use tokentrace_analyzer::report::{Format, model_display_name, render};
 use tokentrace_analyzer::{RuleSet, score_dir};
 use tokentrace_schemas::layout::{CellKey, Phase};
 use tokentrace_testkit::synth::{self, DecodeSpec};

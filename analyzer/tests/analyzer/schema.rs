@@ -1,7 +1,7 @@
 //! The JSON scoring validates against the committed schema (analyzer/schema/), and the
 //! schema is strict enough to refuse a scoring with an unknown or missing field.
 
-use tokentrace_analyzer::{RuleSet, render, score_dir};
+use tokentrace_analyzer::{RuleSet, report, score_dir};
 use tokentrace_schemas::layout::{CellKey, Phase};
 use tokentrace_testkit::synth::{self, DecodeSpec};
 
@@ -38,7 +38,7 @@ fn real_output_validates_and_the_schema_is_strict() {
     let v = validator();
     for rules in ["reference", "default"] {
         let s = score_dir(dir.path(), &RuleSet::builtin(rules).expect("rules")).expect("scored");
-        let json: serde_json::Value = serde_json::from_str(&render::json(&s)).expect("json");
+        let json: serde_json::Value = serde_json::from_str(&report::json(&s)).expect("json");
         let errors: Vec<String> = v.iter_errors(&json).map(|e| e.to_string()).collect();
         assert!(errors.is_empty(), "{rules}: {errors:#?}");
         // Every kind of evidence this run produces is in it.
@@ -83,12 +83,12 @@ fn cache_evidence_and_warnings_validate() {
     let v = validator();
     for rules in ["reference", "default", "default@1.0.0"] {
         let s = score_dir(dir.path(), &RuleSet::builtin(rules).expect("rules")).expect("scored");
-        let json: serde_json::Value = serde_json::from_str(&render::json(&s)).expect("json");
+        let json: serde_json::Value = serde_json::from_str(&report::json(&s)).expect("json");
         let errors: Vec<String> = v.iter_errors(&json).map(|e| e.to_string()).collect();
         assert!(errors.is_empty(), "{rules}: {errors:#?}");
     }
     let s = score_dir(dir.path(), &RuleSet::builtin("default").expect("rules")).expect("scored");
-    let json = render::json(&s);
+    let json = report::json(&s);
     assert!(json.contains("\"scout_cached\"") && json.contains("\"cold_prefill\""));
 }
 
@@ -120,7 +120,7 @@ fn burst_and_rate_cells_validate() {
     });
     m.write(dir.path()).expect("manifest");
     let s = score_dir(dir.path(), &RuleSet::builtin("default").expect("rules")).expect("scored");
-    let json: serde_json::Value = serde_json::from_str(&render::json(&s)).expect("json");
+    let json: serde_json::Value = serde_json::from_str(&report::json(&s)).expect("json");
     let errors: Vec<String> = validator()
         .iter_errors(&json)
         .map(|e| e.to_string())

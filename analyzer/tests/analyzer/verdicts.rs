@@ -162,8 +162,8 @@ fn scoring_is_deterministic() {
     let dir = tempfile::tempdir().expect("tempdir");
     write_run(dir.path());
     let rules = RuleSet::builtin("reference").expect("rules");
-    let a = tokentrace_analyzer::render::json(&score_dir(dir.path(), &rules).expect("a"));
-    let b = tokentrace_analyzer::render::json(&score_dir(dir.path(), &rules).expect("b"));
+    let a = tokentrace_analyzer::report::json(&score_dir(dir.path(), &rules).expect("a"));
+    let b = tokentrace_analyzer::report::json(&score_dir(dir.path(), &rules).expect("b"));
     assert_eq!(a, b);
 }
 
@@ -224,9 +224,9 @@ fn a_cached_scout_and_a_cold_decode_request_are_named() {
     assert_eq!(requests.len(), 1);
     assert_eq!(requests[0].cached_tokens, 0);
     assert!(requests[0].ttft_ms.is_some_and(|t| t >= 20_000.0));
-    let md = tokentrace_analyzer::render::render(
+    let md = tokentrace_analyzer::report::render(
         &default,
-        tokentrace_analyzer::render::Format::Markdown,
+        tokentrace_analyzer::report::Format::Markdown,
     );
     assert!(md.contains("| 2K | — | — | Served from cache |"), "{md}");
     assert!(md.contains("prefilled cold"), "{md}");
@@ -434,7 +434,7 @@ fn a_queued_cells_evidence_names_the_kv_budget() {
     assert_eq!(kv(1), None, "valid: no queue to explain");
     assert_eq!(kv(4), Some((8192, 10000)));
     assert_eq!(kv(8), Some((16384, 10000)));
-    let md = tokentrace_analyzer::render::render(&s, tokentrace_analyzer::render::Format::Markdown);
+    let md = tokentrace_analyzer::report::render(&s, tokentrace_analyzer::report::Format::Markdown);
     assert!(
         md.contains(
             "its prompts take 16,384 tokens of KV cache, more than the server's 10,000 \

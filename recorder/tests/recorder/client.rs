@@ -7,8 +7,10 @@ use std::time::Duration;
 use serde_json::json;
 use std::sync::Arc;
 
-use tokentrace_recorder::client::{self, Lane, Record, RequestSpec, TokenCounting};
+use tokentrace_recorder::client::{self, Lane, TokenCounting};
 use tokentrace_recorder::http::Transport;
+use tokentrace_recorder::queue::Record;
+use tokentrace_recorder::request::RequestSpec;
 use tokentrace_schemas::clock::RunClock;
 use tokentrace_schemas::tables::{ChunkKind, ChunkRow, EndReason, Endpoint, RequestRow, Role};
 use tokentrace_sim::keepalive::{CloseStyle, KeepAlive};

@@ -2,7 +2,7 @@
 //! record heavier than the whole bound still passes, and a gone writer frees waiters.
 
 use futures_util::FutureExt;
-use tokentrace_recorder::client::Record;
+use tokentrace_recorder::queue::Record;
 use tokentrace_recorder::queue::{Closed, Empty, queue, weight};
 
 fn read(bytes: usize) -> Record {

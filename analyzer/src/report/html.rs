@@ -8,16 +8,26 @@ use std::fmt::Write as _;
 
 use tokentrace_schemas::layout::{CellKey, Phase};
 
-use crate::contract::{CellScore, Scoring, Verdict};
-use crate::numbers::context_label;
-use crate::render::{
+use super::model::{
     decode_cell, header, matrix_axes, matrix_footer, matrix_parts, matrix_text, measurements,
     notes, prefill_cells, scored_by, shown,
 };
+use crate::contract::{CellScore, Scoring, Verdict};
+use crate::numbers::context_label;
 use crate::trace::{CellTrace, GAP_EDGES_MS};
 
+/// JSON for a `<script type="application/json">` element: every `<` written as
+/// `\u003c` (still the same JSON string), so no text inside (`</script>`, `<!--`) can end
+/// the element or open a comment; `>` and `&` likewise, so `]]>` and entities stay text.
+fn script_json(data: &serde_json::Value) -> String {
+    data.to_string()
+        .replace('<', "\\u003c")
+        .replace('>', "\\u003e")
+        .replace('&', "\\u0026")
+}
+
 /// Text with `&`, `<`, `>`, `"` and `'` escaped, for element content and attributes.
-pub fn escape(text: &str) -> String {
+pub(super) fn escape(text: &str) -> String {
     let mut out = String::with_capacity(text.len());
     for c in text.chars() {
         match c {
@@ -102,9 +112,9 @@ else{r=a.textContent.localeCompare(c.textContent)}\
 return asc?r:-r});rows.forEach(function(r){b.appendChild(r)})})})});";
 
 /// uPlot, embedded as shipped, with its licence (see `assets/uplot/README.md`).
-const UPLOT_JS: &str = include_str!("../assets/uplot/uPlot.iife.min.js");
-const UPLOT_CSS: &str = include_str!("../assets/uplot/uPlot.min.css");
-const UPLOT_LICENSE: &str = include_str!("../assets/uplot/LICENSE");
+const UPLOT_JS: &str = include_str!("../../assets/uplot/uPlot.iife.min.js");
+const UPLOT_CSS: &str = include_str!("../../assets/uplot/uPlot.min.css");
+const UPLOT_LICENSE: &str = include_str!("../../assets/uplot/LICENSE");
 
 /// Draws the charts from the page's `chart-data` block: one line per context against
 /// the concurrency (log 2), TTFT on a log scale; prefill by context. Colour-blind-safe
@@ -169,8 +179,7 @@ fn chart_data(s: &Scoring) -> String {
             "ttft": prefill.iter().map(|c| figure(c, &|f| f.ttft_ms.median)).collect::<Vec<_>>(),
         })),
     });
-    // Inside <script>, a "</" would end the element early.
-    data.to_string().replace("</", "<\\/")
+    script_json(&data)
 }
 
 /// Opens a decode cell's drill-down when its matrix cell is clicked (or Enter or Space
@@ -278,7 +287,7 @@ fn cell_data(s: &Scoring, traces: &BTreeMap<CellKey, CellTrace>) -> String {
                     c.concurrency,
                     matrix_text(Some(c))
                 ),
-                "notes": crate::render::cell_notes(c),
+                "notes": super::model::cell_notes(c),
                 "loop": lp.map(|l| serde_json::json!({
                     "excerpt": l.cycle_excerpt,
                     "cycle_chars": l.cycle_chars,
@@ -289,17 +298,12 @@ fn cell_data(s: &Scoring, traces: &BTreeMap<CellKey, CellTrace>) -> String {
         );
     }
     let data = serde_json::json!({"gap_edges_ms": GAP_EDGES_MS, "cells": cells});
-    data.to_string().replace("</", "<\\/")
-}
-
-/// The scoring as one self-contained HTML page, without drill-down traces.
-pub fn html(s: &Scoring) -> String {
-    html_with_traces(s, &BTreeMap::new())
+    script_json(&data)
 }
 
 /// The scoring as one self-contained HTML page; a click on a decode cell opens its
-/// drill-down, drawn from `traces` (see [`crate::trace::traces`]).
-pub fn html_with_traces(s: &Scoring, traces: &BTreeMap<CellKey, CellTrace>) -> String {
+/// drill-down, drawn from `traces` (see [`crate::trace::traces`]; none: no drill-down).
+pub(super) fn html(s: &Scoring, traces: &BTreeMap<CellKey, CellTrace>) -> String {
     let mut o = String::new();
     let h = header(s);
     let title = format!("Speed test matrix · {}", h.model);
@@ -425,7 +429,7 @@ fn phase_name(p: Phase) -> &'static str {
     }
 }
 
-fn table(o: &mut String, id: &str, t: &crate::render::Table) {
+fn table(o: &mut String, id: &str, t: &super::model::Table) {
     let _ = writeln!(o, "<table id=\"{id}\">\n<thead><tr>");
     for h in &t.headers {
         let _ = write!(o, "<th>{}</th>", escape(h));
@@ -442,7 +446,7 @@ fn table(o: &mut String, id: &str, t: &crate::render::Table) {
 }
 
 fn burst_section(o: &mut String, s: &Scoring) {
-    let Some(t) = crate::render::burst_table(s) else {
+    let Some(t) = super::model::burst_table(s) else {
         return;
     };
     let _ = writeln!(
@@ -456,11 +460,11 @@ fn burst_section(o: &mut String, s: &Scoring) {
 }
 
 fn replay_section(o: &mut String, s: &Scoring, traces: &BTreeMap<CellKey, CellTrace>) {
-    let Some(t) = crate::render::replay_table(s) else {
+    let Some(t) = super::model::replay_table(s) else {
         return;
     };
     let _ = writeln!(o, "<h2>Replay</h2>");
-    for line in crate::render::replay_intro(s) {
+    for line in super::model::replay_intro(s) {
         let _ = writeln!(o, "<p>{}</p>", escape(&line));
     }
     table(o, "replay", &t);
@@ -592,7 +596,7 @@ fn replay_chart(o: &mut String, key: CellKey, t: &CellTrace) {
 /// The latency-versus-rate curve of one context as an inline SVG (no script): p50 and
 /// p99 E2E latency and p99 TTFT against the offered rate, log-scaled on both axes; the
 /// knee's rate is marked.
-fn rate_chart(o: &mut String, c: &crate::render::RateCurve) {
+fn rate_chart(o: &mut String, c: &super::model::RateCurve) {
     let pts = &c.points;
     let ys: Vec<f64> = pts
         .iter()
@@ -626,7 +630,7 @@ fn rate_chart(o: &mut String, c: &crate::render::RateCurve) {
         h - m,
         h - m
     );
-    type Pick = fn(&crate::render::RatePoint) -> Option<f64>;
+    type Pick = fn(&super::model::RatePoint) -> Option<f64>;
     let lines: [(&str, &str, Pick); 3] = [
         ("E2E p50", "#1f77b4", |p| p.e2e_p50),
         ("E2E p99", "#d62728", |p| p.e2e_p99),
@@ -687,14 +691,14 @@ fn rate_chart(o: &mut String, c: &crate::render::RateCurve) {
 }
 
 fn rate_section(o: &mut String, s: &Scoring) {
-    let curves = crate::render::rate_curves(s);
+    let curves = super::model::rate_curves(s);
     if curves.is_empty() {
         return;
     }
     let _ = writeln!(
         o,
         "<h2>Request rate</h2>\n<p>{}</p>",
-        escape(&crate::render::rate_intro(s))
+        escape(&super::model::rate_intro(s))
     );
     for c in &curves {
         let _ = writeln!(o, "<h3>{}</h3>", escape(&context_label(c.context)));
@@ -897,7 +901,7 @@ fn ratio_colour(r: f64, higher_is_better: bool) -> String {
 /// first a ratio heat map against the first (total tok/s and median TTFT, B / A, per
 /// cell) and the cells whose verdict changed. For two engine versions, two GPUs, or one
 /// run under two rule sets.
-pub fn comparison(sides: &[(String, Scoring)]) -> String {
+pub(super) fn comparison(sides: &[(String, Scoring)]) -> String {
     let mut o = String::new();
     let _ = write!(
         o,
@@ -1043,12 +1047,12 @@ fn power(o: &mut String, s: &Scoring) {
         return;
     }
     let _ = writeln!(o, "<h2>GPU power</h2>");
-    match crate::render::power_rows(s) {
+    match super::model::power_rows(s) {
         Ok(rows) => {
             let _ = writeln!(
                 o,
                 "<p>{}</p>\n<table id=\"power\">\n<thead><tr><th>Context</th>",
-                escape(crate::render::POWER_INTRO)
+                escape(super::model::POWER_INTRO)
             );
             for n in &levels {
                 let _ = write!(o, "<th>{n}</th>");

@@ -1,7 +1,7 @@
-//! Renders a [`Scoring`]: Markdown in the reference report's layout (header, Prefill,
-//! Sustained decode matrix, legend, Burst / E2E, Request rate with its knee, All
-//! measurements, notes, footer) with its number formats, CSV with one row per cell at
-//! full precision, and the JSON document itself.
+//! The report's sections, format-free: the header's facts, the matrix's cells and legend,
+//! the Burst / E2E, Request rate and Replay tables, All measurements, GPU power and the
+//! notes, each as text in the reference report's number formats, for the Markdown and
+//! HTML writers to lay out.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
@@ -17,55 +17,13 @@ use crate::figures::{Column, FIGURES, Figure};
 use crate::numbers::{context_label, fixed, ms_whole, rate, thousands};
 use crate::rules::TokenCount;
 
-/// Output formats of `report`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Format {
-    Markdown,
-    Json,
-    Csv,
-    /// One self-contained page (no network requests).
-    Html,
-}
-
-impl Format {
-    pub fn parse(s: &str) -> Option<Format> {
-        match s {
-            "md" | "markdown" => Some(Format::Markdown),
-            "json" => Some(Format::Json),
-            "csv" => Some(Format::Csv),
-            "html" => Some(Format::Html),
-            _ => None,
-        }
-    }
-}
-
-/// Renders `s` in `format`.
-pub fn render(s: &Scoring, format: Format) -> String {
-    match format {
-        Format::Markdown => markdown(s),
-        Format::Json => json(s),
-        Format::Csv => csv(s),
-        Format::Html => crate::html::html(s),
-    }
-}
-
-/// The scoring as pretty JSON, newline-terminated.
-pub fn json(s: &Scoring) -> String {
-    // Serializing plain data with string keys cannot fail; fall back to an error object
-    // rather than panic if it ever did.
-    let mut out = serde_json::to_string_pretty(s)
-        .unwrap_or_else(|e| format!("{{\"error\": {:?}}}", e.to_string()));
-    out.push('\n');
-    out
-}
-
-const DASH: &str = "—";
+pub(crate) const DASH: &str = "—";
 
 fn dash() -> String {
     DASH.to_string()
 }
 
-fn opt(v: Option<f64>, f: impl Fn(f64) -> String) -> String {
+pub(crate) fn opt(v: Option<f64>, f: impl Fn(f64) -> String) -> String {
     v.map(f).unwrap_or_else(|| DASH.to_string())
 }
 
@@ -165,6 +123,30 @@ pub(crate) fn rate_intro(s: &Scoring) -> String {
 
 pub(crate) fn header(s: &Scoring) -> Header {
     let r = &s.run;
+    let (hardware, described) = hardware_facts(s);
+    Header {
+        model: model_display_name(&r.model).to_string(),
+        hardware: described.unwrap_or_else(|| "unspecified hardware".to_string()),
+        subtitle: subtitle(s),
+        nothing_measured: s.cells.iter().all(|c| c.verdict.is_none()),
+        sections: vec![
+            ("Hardware", hardware),
+            ("Engine", engine_facts(s)),
+            ("Run", run_facts(s)),
+        ],
+        launch_command: r.launch_command.clone(),
+    }
+}
+
+/// A fact of the header: its label and its text.
+fn fact(k: &str, v: String) -> (String, String) {
+    (k.to_string(), v)
+}
+
+/// The line under the title: engine and version, the matrix's shape, the burst, rate and
+/// replay cells, the prefill contexts.
+fn subtitle(s: &Scoring) -> Vec<String> {
+    let r = &s.run;
     let (contexts, levels) = matrix_axes(s);
     let prefill = prefill_cells(s);
     let engine = r.engine.as_deref().unwrap_or("unknown engine");
@@ -217,8 +199,13 @@ pub(crate) fn header(s: &Scoring) -> Header {
         let at: Vec<String> = prefill.iter().map(|c| context_label(c.context)).collect();
         subtitle.push(format!("prefill at {}", at.join(", ")));
     }
-    let fact = |k: &str, v: String| (k.to_string(), v);
+    subtitle
+}
 
+/// The Hardware section's facts, and the hardware as described (by the user, else the
+/// GPUs the recorder found).
+fn hardware_facts(s: &Scoring) -> (Vec<(String, String)>, Option<String>) {
+    let r = &s.run;
     let found = |k: &str| tokentrace_schemas::manifest::fact(&r.facts, k);
     // "4× NVIDIA H200", from the GPUs the recorder found, when the user gave no text.
     let gpus = found("gpu.name").map(|name| match found("gpu.count") {
@@ -247,6 +234,15 @@ pub(crate) fn header(s: &Scoring) -> Header {
             hardware.push(fact(k, v.clone()));
         }
     }
+    (hardware, described)
+}
+
+/// The Engine section's facts: name, version, the details the server gave and the
+/// engine facts the recorder found, without repeats.
+fn engine_facts(s: &Scoring) -> Vec<(String, String)> {
+    let r = &s.run;
+    let engine = r.engine.as_deref().unwrap_or("unknown engine");
+    let version = r.engine_version.as_deref().filter(|v| !v.is_empty());
     let mut engine_facts = vec![
         fact("Engine", engine.to_string()),
         fact(
@@ -273,6 +269,13 @@ pub(crate) fn header(s: &Scoring) -> Header {
             engine_facts.push(fact(k, f.value.clone()));
         }
     }
+    engine_facts
+}
+
+/// The Run section's facts: the run, the model, the target, the tests and how tokens
+/// were counted; with the matrix's settings when the run has matrix cells.
+fn run_facts(s: &Scoring) -> Vec<(String, String)> {
+    let r = &s.run;
     let run = vec![
         fact("Run", r.run_id.clone()),
         fact("Started", r.started_utc.clone()),
@@ -363,165 +366,7 @@ pub(crate) fn header(s: &Scoring) -> Header {
             ],
         );
     }
-    Header {
-        model: model_display_name(&r.model).to_string(),
-        hardware: described.unwrap_or_else(|| "unspecified hardware".to_string()),
-        subtitle,
-        nothing_measured: s.cells.iter().all(|c| c.verdict.is_none()),
-        sections: vec![
-            ("Hardware", hardware),
-            ("Engine", engine_facts),
-            ("Run", run),
-        ],
-        launch_command: r.launch_command.clone(),
-    }
-}
-
-fn markdown(s: &Scoring) -> String {
-    let mut o = String::new();
-    let (contexts, levels) = matrix_axes(s);
-    let prefill = prefill_cells(s);
-    let h = header(s);
-    let _ = writeln!(o, "# Speed test matrix\n");
-    let _ = writeln!(o, "**{}** on {}\n", h.model, h.hardware);
-    let _ = writeln!(o, "{}\n", h.subtitle.join(" · "));
-    if h.nothing_measured {
-        let _ = writeln!(
-            o,
-            "Nothing was measured: no cell of this run was recorded (the Notes say why).\n"
-        );
-    }
-    for (i, (name, facts)) in h.sections.iter().enumerate() {
-        let _ = writeln!(o, "{}## {name}\n", if i > 0 { "\n" } else { "" });
-        for (k, v) in facts {
-            let _ = writeln!(o, "- {k}: {v}");
-        }
-    }
-    if let Some(cmd) = &h.launch_command {
-        let _ = writeln!(o, "\n## Launch command\n\n```\n{cmd}\n```");
-    }
-
-    if !prefill.is_empty() {
-        let _ = writeln!(o, "\n## Prefill\n\nprompt tok/s by context length\n");
-        let _ = writeln!(
-            o,
-            "| Context | Prompt tok/s | TTFT | Status |\n|---|---|---|---|"
-        );
-        for c in &prefill {
-            let f = shown(c);
-            let _ = writeln!(
-                o,
-                "| {} | {} | {} | {} |",
-                context_label(c.context),
-                opt(f.and_then(|f| f.prompt_tok_s), |v| rate(v, true)),
-                opt(f.and_then(|f| f.ttft_ms.median), ms_whole),
-                c.status_label()
-            );
-        }
-        if prefill
-            .iter()
-            .any(|c| c.verdict == Some(Verdict::PrefillCached))
-        {
-            let _ = writeln!(
-                o,
-                "\nServed from cache: the server answered the prefill scout from its prompt cache, so prefill was not measured."
-            );
-        }
-    }
-
-    if !contexts.is_empty() {
-        let _ = writeln!(
-            o,
-            "\n## Sustained decode\n\ntotal tok/s · rows are context length, columns are simultaneous requests\n"
-        );
-        let _ = write!(o, "| Context |");
-        for n in &levels {
-            let _ = write!(o, " {n} |");
-        }
-        let _ = writeln!(o, "\n|---|{}", "---|".repeat(levels.len()));
-        for ctx in &contexts {
-            let _ = write!(o, "| {} |", context_label(*ctx));
-            for n in &levels {
-                let _ = write!(o, " {} |", matrix_text(decode_cell(s, *ctx, *n)));
-            }
-            let _ = writeln!(o);
-        }
-        let footer = matrix_footer(s);
-        if !footer.is_empty() {
-            let _ = writeln!(o, "\n{}", footer.join("\n"));
-        }
-    }
-
-    if let Some(t) = burst_table(s) {
-        let _ = writeln!(
-            o,
-            "\n## Burst / E2E\n\nexactly {} requests per cell at the given concurrency, each run to completion · latencies in ms as p50 / p90 / p99 / max\n",
-            s.run
-                .burst_requests
-                .map_or_else(|| DASH.to_string(), |n| thousands(i64::from(n)))
-        );
-        t.markdown(&mut o);
-    }
-    let curves = rate_curves(s);
-    if !curves.is_empty() {
-        let _ = writeln!(o, "\n## Request rate\n\n{}\n", rate_intro(s));
-        for c in &curves {
-            let _ = writeln!(o, "### {}\n", context_label(c.context));
-            c.table.markdown(&mut o);
-            let _ = writeln!(o, "\n{}\n", c.knee);
-        }
-    }
-
-    if let Some(t) = replay_table(s) {
-        let _ = writeln!(o, "\n## Replay\n\n{}\n", replay_intro(s).join("\n\n"));
-        t.markdown(&mut o);
-    }
-
-    let _ = writeln!(o, "\n## All measurements\n");
-    let _ = writeln!(
-        o,
-        "Latencies are medians. Total tok/s is output across all simultaneous requests. \
-         Most sends in 10 ms is a closed-loop cell's burstiness: streams that finish in one \
-         server step are sent again together and wait in the server's socket queue (the \
-         index of dispersion is in the JSON and CSV: 1 for Poisson arrivals).\n"
-    );
-    let (headers, rows) = measurements(s);
-    let _ = writeln!(o, "| {} |", headers.join(" | "));
-    let _ = writeln!(o, "|{}", "---|".repeat(headers.len()));
-    for row in &rows {
-        let cells: Vec<&str> = row.iter().map(|(text, _)| text.as_str()).collect();
-        let _ = writeln!(o, "| {} |", cells.join(" | "));
-    }
-
-    if !contexts.is_empty() {
-        let _ = writeln!(o, "\n## GPU power\n");
-        match power_rows(s) {
-            Ok(rows) => {
-                let _ = writeln!(o, "{POWER_INTRO}\n");
-                let _ = write!(o, "| Context |");
-                for n in &levels {
-                    let _ = write!(o, " {n} |");
-                }
-                let _ = writeln!(o, "\n|---|{}", "---|".repeat(levels.len()));
-                for (ctx, cells) in rows {
-                    let _ = writeln!(o, "| {} | {} |", context_label(ctx), cells.join(" | "));
-                }
-            }
-            Err(line) => {
-                let _ = writeln!(o, "{line}");
-            }
-        }
-    }
-
-    let notes = notes(s);
-    if !notes.is_empty() {
-        let _ = writeln!(o, "\n## Notes\n");
-        for n in notes {
-            let _ = writeln!(o, "- {n}");
-        }
-    }
-    let _ = writeln!(o, "\n---\n\n{}", scored_by(s));
-    o
+    run
 }
 
 /// The host and GPU facts of the Hardware section, in order, with their labels.
@@ -830,16 +675,6 @@ fn p50_p99(s: &crate::contract::Summary, decimals: usize) -> String {
 pub(crate) struct Table {
     pub headers: Vec<String>,
     pub rows: Vec<Vec<String>>,
-}
-
-impl Table {
-    fn markdown(&self, o: &mut String) {
-        let _ = writeln!(o, "| {} |", self.headers.join(" | "));
-        let _ = writeln!(o, "|{}", "---|".repeat(self.headers.len()));
-        for row in &self.rows {
-            let _ = writeln!(o, "| {} |", row.join(" | "));
-        }
-    }
 }
 
 /// The Burst / E2E section: one row per burst cell (context, then requests at once),
@@ -1526,88 +1361,4 @@ pub(crate) fn cell_notes(c: &CellScore) -> Vec<String> {
         out.push(format!("{name}: {line}"));
     }
     out
-}
-
-/// CSV columns before the figures (the figures follow in [`FIGURES`] order, then
-/// `warnings`).
-const CSV_LEADING: [&str; 9] = [
-    "run_id",
-    "rules",
-    "phase",
-    "context",
-    "concurrency",
-    "rate",
-    "replay",
-    "state",
-    "verdict",
-];
-
-fn csv_field(s: &str) -> String {
-    if s.contains([',', '"', '\n', '\r']) {
-        format!("\"{}\"", s.replace('"', "\"\""))
-    } else {
-        s.to_string()
-    }
-}
-
-/// A cell's verdict as the JSON scoring names it (`valid`, `requests_queued`, …); empty
-/// when it has none.
-pub fn verdict_name(c: &CellScore) -> String {
-    c.verdict
-        .map(|v| {
-            serde_json::to_value(v)
-                .ok()
-                .and_then(|j| j.as_str().map(str::to_string))
-                .unwrap_or_default()
-        })
-        .unwrap_or_default()
-}
-
-/// The kinds of a cell's warnings, as the JSON scoring names them.
-pub fn warning_kinds(c: &CellScore) -> Vec<String> {
-    c.warnings
-        .iter()
-        .filter_map(|w| {
-            serde_json::to_value(w)
-                .ok()
-                .and_then(|j| j.get("kind").and_then(|k| k.as_str().map(str::to_string)))
-        })
-        .collect()
-}
-
-fn csv(s: &Scoring) -> String {
-    let mut o = CSV_LEADING
-        .iter()
-        .copied()
-        .chain(FIGURES.iter().map(|f| f.csv))
-        .chain(["warnings"])
-        .collect::<Vec<_>>()
-        .join(",");
-    o.push('\n');
-    for c in &s.cells {
-        let f = c.figures.as_ref();
-        let verdict = verdict_name(c);
-        let warnings = warning_kinds(c);
-        let mut fields = vec![
-            s.run.run_id.clone(),
-            s.rules.id(),
-            c.phase.to_string(),
-            c.context.to_string(),
-            c.concurrency.to_string(),
-            c.rate.map(|r| r.to_string()).unwrap_or_default(),
-            c.replay.map(|i| i.to_string()).unwrap_or_default(),
-            c.state.to_string(),
-            verdict,
-        ];
-        fields.extend(
-            FIGURES
-                .iter()
-                .map(|x| f.map(|f| x.value(f).csv()).unwrap_or_default()),
-        );
-        fields.push(warnings.join(";"));
-        let row: Vec<String> = fields.iter().map(|x| csv_field(x)).collect();
-        o.push_str(&row.join(","));
-        o.push('\n');
-    }
-    o
 }
