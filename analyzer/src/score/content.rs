@@ -79,9 +79,15 @@ fn tail(text: &str) -> String {
     excerpt(text, n.saturating_sub(EXCERPT_CHARS) + EXCERPT_CHARS / 4)
 }
 
+/// What the content checks found in the cell, computed on the first call and kept in
+/// the view for the others (figures, warnings, verdicts).
+pub fn found<'v>(v: &'v DecodeView, rules: &RuleSet) -> &'v [ContentFindings] {
+    v.content.get_or_init(|| checks(v, rules))
+}
+
 /// Every content check the rule set turns on, over the cell's requests in scope, each
 /// with what it found (checks that found nothing are left out).
-pub fn checks(v: &DecodeView, rules: &RuleSet) -> Vec<ContentFindings> {
+fn checks(v: &DecodeView, rules: &RuleSet) -> Vec<ContentFindings> {
     let c = &rules.content;
     let streams: Vec<&Stream> = v.in_scope(rules).collect();
     let mut out = Vec::new();

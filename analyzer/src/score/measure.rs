@@ -388,7 +388,7 @@ pub fn content(v: &DecodeView, rules: &RuleSet, f: &mut Figures) {
         );
         return;
     }
-    let found = super::content::checks(v, rules);
+    let found = super::content::found(v, rules);
     let count = |check: &str, on: bool| {
         on.then(|| {
             found

@@ -40,8 +40,9 @@ pub fn bad_output(v: &DecodeView, rules: &RuleSet) -> Vec<Evidence> {
     if !rules.content.verdict {
         return Vec::new();
     }
-    super::content::checks(v, rules)
-        .into_iter()
+    super::content::found(v, rules)
+        .iter()
+        .cloned()
         .map(Evidence::Content)
         .collect()
 }

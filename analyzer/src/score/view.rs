@@ -35,19 +35,7 @@ impl Gauge<'_> {
         (!self.samples.is_empty())
             .then(|| self.samples.iter().map(|s| s.value).sum::<f64>() / self.samples.len() as f64)
     }
-}
 
-/// Speculative decoding's series inside the window: the engine's counters of draft
-/// steps, draft tokens and accepted tokens, or its acceptance-length gauge.
-#[derive(Debug)]
-pub struct SpecSeries<'a> {
-    pub drafts: Gauge<'a>,
-    pub draft_tokens: Gauge<'a>,
-    pub accepted_tokens: Gauge<'a>,
-    pub accept_length: Gauge<'a>,
-}
-
-impl Gauge<'_> {
     /// A counter's increase from its first to its last scrape inside the window;
     /// `None` with fewer than two, or when it went down (the server restarted).
     pub fn increase(&self) -> Option<f64> {
@@ -58,6 +46,16 @@ impl Gauge<'_> {
             _ => None,
         }
     }
+}
+
+/// Speculative decoding's series inside the window: the engine's counters of draft
+/// steps, draft tokens and accepted tokens, or its acceptance-length gauge.
+#[derive(Debug)]
+pub struct SpecSeries<'a> {
+    pub drafts: Gauge<'a>,
+    pub draft_tokens: Gauge<'a>,
+    pub accepted_tokens: Gauge<'a>,
+    pub accept_length: Gauge<'a>,
 }
 
 /// The repetitions found in one channel of one stream's text.
@@ -133,6 +131,9 @@ pub struct DecodeView<'a> {
     pub gpu: &'a [tokentrace_schemas::tables::GpuRow],
     /// Per request: its (content, reasoning) text, for requests with text.
     pub texts: &'a std::collections::BTreeMap<i64, (String, String)>,
+    /// What the content checks found, computed once for the figures, the warnings and
+    /// the verdicts (`content::found`).
+    pub content: std::cell::OnceCell<Vec<crate::contract::ContentFindings>>,
 }
 
 impl<'a> DecodeView<'a> {
@@ -194,6 +195,7 @@ impl<'a> DecodeView<'a> {
             repeats,
             gpu: loaded.gpu.get(&key).map(Vec::as_slice).unwrap_or(&[]),
             texts: &loaded.text,
+            content: std::cell::OnceCell::new(),
         })
     }
 

@@ -203,8 +203,9 @@ pub fn content(v: &DecodeView, rules: &RuleSet) -> Vec<Warning> {
     if rules.content.verdict {
         return Vec::new();
     }
-    super::content::checks(v, rules)
-        .into_iter()
+    super::content::found(v, rules)
+        .iter()
+        .cloned()
         .map(Warning::Content)
         .collect()
 }
