@@ -102,7 +102,7 @@ fn record(cmd: &RecordCmd) -> anyhow::Result<ExitCode> {
                 .with_context(|| format!("simulator profile `{}`", cmd.sim_profile))?;
             // The simulated box's GPUs, when its profile names them.
             let gpus = profile.gpus.as_ref().map(|g| {
-                tokentrace_recorder::runner::GpuChoice::Given(std::sync::Arc::new(
+                tokentrace_recorder::session::GpuChoice::Given(std::sync::Arc::new(
                     tokentrace_recorder::gpu::SimulatedGpus::new(
                         g.count,
                         &g.name,

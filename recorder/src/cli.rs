@@ -9,7 +9,8 @@ use tokentrace_schemas::column::StrEnum;
 use tokentrace_schemas::manifest::{Manifest, PrefillMode, TraceFormat};
 use tokentrace_schemas::tables::Endpoint;
 
-use crate::runner::{self, Mode, RecordOptions};
+use crate::runner;
+use crate::session::{self, Mode, RecordOptions};
 use tokentrace_schemas::Rate;
 use tokentrace_schemas::manifest::RateConfig;
 use tokentrace_schemas::schedule::Arrival;
@@ -88,16 +89,16 @@ pub struct RecordArgs {
     #[arg(long)]
     pub model: Option<String>,
     /// Context lengths, comma-separated; K = 1,024 tokens [default: 8K,16K,32K,64K,128K].
-    #[arg(long, value_parser = runner::parse_contexts)]
+    #[arg(long, value_parser = parse_contexts)]
     pub contexts: Option<std::vec::Vec<u32>>,
     /// Simultaneous requests of the decode cells [default: 1,2,4,8,16,32,64,128].
-    #[arg(long, value_parser = runner::parse_list)]
+    #[arg(long, value_parser = parse_list)]
     pub concurrency: Option<std::vec::Vec<u32>>,
     /// Length of each decode measurement window [default: 30s].
     #[arg(long, value_parser = duration)]
     pub duration: Option<Duration>,
     /// max_tokens of each decode request.
-    #[arg(long, default_value_t = runner::DEFAULT_MAX_TOKENS)]
+    #[arg(long, default_value_t = session::DEFAULT_MAX_TOKENS)]
     pub max_tokens: u32,
     /// Endpoint to stream from: completions or chat.
     #[arg(long, value_parser = endpoint, default_value = "completions")]
@@ -118,7 +119,7 @@ pub struct RecordArgs {
     #[arg(long, value_parser = duration, default_value = "5m")]
     pub drain_timeout: Duration,
     /// Most tokens a prompt may differ from its context, as the server counts.
-    #[arg(long, default_value_t = runner::DEFAULT_PROMPT_TOLERANCE)]
+    #[arg(long, default_value_t = session::DEFAULT_PROMPT_TOLERANCE)]
     pub prompt_tolerance: u32,
     /// How prefill is measured: `scout` (a cold scout request per context, in a prefill
     /// cell of its own) or `warmup` (the reference report's "Measured during decode
@@ -148,14 +149,14 @@ pub struct RecordArgs {
     /// `burst` (exactly --requests requests per context × concurrency, each run to
     /// completion: end-to-end latency) and `rate` (open-loop arrivals at each of --rates
     /// per context) [default: matrix, or rate when --rates is given].
-    #[arg(long, value_parser = runner::parse_modes)]
+    #[arg(long, value_parser = parse_modes)]
     pub mode: Option<std::vec::Vec<Mode>>,
     /// Measured requests of each burst cell.
-    #[arg(long, default_value_t = runner::DEFAULT_BURST_REQUESTS)]
+    #[arg(long, default_value_t = session::DEFAULT_BURST_REQUESTS)]
     pub requests: u32,
     /// Request rates of the rate cells in requests per second, comma-separated; `inf`
     /// sends every request at once (e.g. 1,2,4,8,inf).
-    #[arg(long, value_parser = runner::parse_rates)]
+    #[arg(long, value_parser = parse_rates)]
     pub rates: Option<std::vec::Vec<Rate>>,
     /// How the rate cells' requests arrive: `poisson` (exponential gaps) or `constant`.
     #[arg(long, value_parser = arrival, default_value = "poisson")]
@@ -498,7 +499,7 @@ impl RecordArgs {
         let window = self.duration.unwrap_or(if demo {
             DEMO_WINDOW
         } else {
-            runner::DEFAULT_WINDOW
+            session::DEFAULT_WINDOW
         });
         Ok(RecordOptions {
             target: normalize_target(target).map_err(|e| e.0)?.0,
@@ -509,14 +510,14 @@ impl RecordArgs {
                 if demo {
                     DEMO_CONTEXTS.to_vec()
                 } else {
-                    runner::DEFAULT_CONTEXTS.to_vec()
+                    session::DEFAULT_CONTEXTS.to_vec()
                 }
             }),
             concurrency: self.concurrency.clone().unwrap_or_else(|| {
                 if demo {
                     DEMO_CONCURRENCY.to_vec()
                 } else {
-                    runner::DEFAULT_CONCURRENCY.to_vec()
+                    session::DEFAULT_CONCURRENCY.to_vec()
                 }
             }),
             window,
@@ -553,7 +554,7 @@ impl RecordArgs {
                 max_concurrency: self.max_concurrency,
             }),
             replay: match self.replay_options() {
-                Some(opts) => Some(runner::ReplaySetup {
+                Some(opts) => Some(session::ReplaySetup {
                     workload: match self.workload.get() {
                         Some(w) => w.clone(),
                         None => std::sync::Arc::new(
@@ -566,9 +567,9 @@ impl RecordArgs {
                 None => None,
             },
             gpus: if self.gpu_telemetry == "off" {
-                runner::GpuChoice::Off
+                session::GpuChoice::Off
             } else {
-                runner::GpuChoice::Auto
+                session::GpuChoice::Auto
             },
         })
     }
@@ -674,7 +675,7 @@ pub fn run(args: &RecordArgs, rt: &tokio::runtime::Runtime) -> Result<Outcome, S
 pub fn run_at(
     args: &RecordArgs,
     target: &str,
-    gpus: Option<runner::GpuChoice>,
+    gpus: Option<session::GpuChoice>,
     rt: &tokio::runtime::Runtime,
 ) -> Result<Outcome, String> {
     rt.block_on(async {
@@ -768,21 +769,21 @@ impl Display {
         }
     }
 
-    fn show(&self, p: runner::Progress) {
+    fn show(&self, p: session::Progress) {
         let Some((multi, matrix, cell)) = &self.bars else {
             eprintln!("{p}");
             return;
         };
         match &p {
-            runner::Progress::Line(_) => {
+            session::Progress::Line(_) => {
                 let _ = multi.println(p.to_string());
             }
-            runner::Progress::CellStart { total, key, .. } => {
+            session::Progress::CellStart { total, key, .. } => {
                 matrix.set_length(*total as u64);
                 cell.set_prefix(key.to_string());
                 cell.reset_elapsed();
             }
-            runner::Progress::CellEnd { total, .. } => {
+            session::Progress::CellEnd { total, .. } => {
                 matrix.set_length(*total as u64);
                 matrix.inc(1);
                 let _ = multi.println(p.to_string());
@@ -840,6 +841,80 @@ pub fn settle_interrupted(run: &std::path::Path) -> Vec<String> {
         said.push(format!("could not remove {}: {e}", staging.display()));
     }
     said
+}
+
+/// Parses a context list like `8K,16K,1000` (K = 1,024 tokens).
+pub fn parse_contexts(s: &str) -> Result<Vec<u32>, String> {
+    s.split(',')
+        .map(str::trim)
+        .filter(|p| !p.is_empty())
+        .map(|p| {
+            let (num, mult) = match p.strip_suffix(['K', 'k']) {
+                Some(n) => (n, 1024u64),
+                None => match p.strip_suffix(['M', 'm']) {
+                    Some(n) => (n, 1024 * 1024),
+                    None => (p, 1),
+                },
+            };
+            let n: u64 = num
+                .parse()
+                .map_err(|_| format!("`{p}` is not a token count (e.g. 8K, 16384)"))?;
+            u32::try_from(n * mult)
+                .ok()
+                .filter(|&v| v > 0)
+                .ok_or_else(|| format!("`{p}` is out of range"))
+        })
+        .collect()
+}
+
+/// Parses a list of request rates like `1,2,4,8,inf` (requests per second, at most
+/// three decimals), sorted, without repeats.
+pub fn parse_rates(s: &str) -> Result<Vec<tokentrace_schemas::Rate>, String> {
+    let mut rates = s
+        .split(',')
+        .map(str::trim)
+        .filter(|p| !p.is_empty())
+        .map(|p| {
+            tokentrace_schemas::Rate::parse(p).ok_or_else(|| {
+                format!(
+                    "`{p}` is not a request rate (requests per second above 0, at most three \
+                     decimals, or inf)"
+                )
+            })
+        })
+        .collect::<Result<Vec<_>, String>>()?;
+    rates.sort_unstable();
+    rates.dedup();
+    Ok(rates)
+}
+
+/// Parses a list of modes like `matrix,burst`.
+pub fn parse_modes(s: &str) -> Result<Vec<Mode>, String> {
+    let mut modes = s
+        .split(',')
+        .map(str::trim)
+        .filter(|p| !p.is_empty())
+        .map(|p| {
+            Mode::parse(p).ok_or_else(|| format!("`{p}`: expected matrix, burst, rate or replay"))
+        })
+        .collect::<Result<Vec<_>, String>>()?;
+    modes.sort_unstable();
+    modes.dedup();
+    Ok(modes)
+}
+
+/// Parses a list of positive integers like `1,2,4`.
+pub fn parse_list(s: &str) -> Result<Vec<u32>, String> {
+    s.split(',')
+        .map(str::trim)
+        .filter(|p| !p.is_empty())
+        .map(|p| {
+            p.parse::<u32>()
+                .ok()
+                .filter(|&v| v > 0)
+                .ok_or_else(|| format!("`{p}` is not a positive integer"))
+        })
+        .collect()
 }
 
 #[cfg(test)]

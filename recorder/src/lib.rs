@@ -8,7 +8,8 @@
 //! goes on it), [`http`] (the measured connection), [`client`] (one streamed request,
 //! recorded), [`prompt`] (prompts of an exact length), [`probe`] (what the server is),
 //! [`scrape`], [`gpu`], [`host`], [`facts`], [`pace`], [`replay`] (workloads from
-//! files), [`cell`] (one cell), [`runner`] (the run), [`store`] (object storage), [`cli`].
+//! files), [`cell`] (one cell), [`store`] (object storage), [`session`] (a run's setup:
+//! folder, probe, facts, manifest, settings kept), [`runner`] (the cell loop), [`cli`].
 
 pub mod cell;
 pub mod cli;
@@ -26,6 +27,7 @@ pub mod replay;
 pub mod request;
 pub mod runner;
 pub mod scrape;
+pub mod session;
 pub mod store;
 
 pub use tokentrace_schemas as schemas;

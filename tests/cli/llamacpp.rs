@@ -14,7 +14,8 @@ use std::time::{Duration, Instant};
 
 use tokentrace_analyzer::contract::{Evidence, Verdict};
 use tokentrace_analyzer::{RuleSet, report, score_dir};
-use tokentrace_recorder::runner::{self, RecordOptions};
+use tokentrace_recorder::runner;
+use tokentrace_recorder::session::{self, RecordOptions};
 use tokentrace_schemas::layout::list_cells;
 use tokentrace_schemas::raw::RawReader;
 use tokentrace_schemas::reader::read_table;
@@ -102,7 +103,7 @@ fn options(url: &str, out: &Path, endpoint: Endpoint) -> RecordOptions {
         stall_timeout: Duration::from_secs(120),
         warmup_timeout: Duration::from_secs(120),
         drain_timeout: Duration::from_secs(120),
-        prompt_tolerance: runner::DEFAULT_PROMPT_TOLERANCE,
+        prompt_tolerance: session::DEFAULT_PROMPT_TOLERANCE,
         resume: false,
         describe: vec![("hardware".to_string(), "CPU, 2 threads".to_string())],
         launch_command: Some(
@@ -116,8 +117,8 @@ fn options(url: &str, out: &Path, endpoint: Endpoint) -> RecordOptions {
         gpus: Default::default(),
         upload: None,
         skip_over_capacity: false,
-        modes: vec![runner::Mode::Matrix],
-        burst_requests: runner::DEFAULT_BURST_REQUESTS,
+        modes: vec![session::Mode::Matrix],
+        burst_requests: session::DEFAULT_BURST_REQUESTS,
         rate: None,
         plan_only: false,
         replay: None,
@@ -265,7 +266,7 @@ async fn a_real_llama_cpp_server_is_recorded_and_analyzed() {
                 let asked = r.prompt_tokens_requested;
                 let counted = r.prompt_tokens_server.expect("prompt tokens");
                 assert!(
-                    (counted - asked).abs() <= runner::DEFAULT_PROMPT_TOLERANCE as i32,
+                    (counted - asked).abs() <= session::DEFAULT_PROMPT_TOLERANCE as i32,
                     "{key}: request {} asked {asked} prompt tokens, the server counted {counted}",
                     r.request_id
                 );
@@ -378,7 +379,7 @@ async fn a_real_llama_cpp_server_is_recorded_and_analyzed() {
     let mut opts = options(&server.url, &open, Endpoint::Completions);
     opts.contexts = vec![256];
     opts.concurrency = vec![2];
-    opts.modes = vec![runner::Mode::Burst, runner::Mode::Rate];
+    opts.modes = vec![session::Mode::Burst, session::Mode::Rate];
     opts.burst_requests = 4;
     opts.rate = Some(tokentrace_schemas::manifest::RateConfig {
         rates: vec![tokentrace_schemas::Rate::parse("2").expect("rate")],
@@ -475,8 +476,8 @@ async fn a_real_llama_cpp_server_is_recorded_and_analyzed() {
         block_tokens: 32,
     };
     let workload = tokentrace_recorder::replay::load(&replay, &mut |_| {}).expect("workload");
-    opts.modes = vec![runner::Mode::Replay];
-    opts.replay = Some(runner::ReplaySetup {
+    opts.modes = vec![session::Mode::Replay];
+    opts.replay = Some(session::ReplaySetup {
         opts: replay,
         workload: std::sync::Arc::new(workload),
     });

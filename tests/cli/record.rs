@@ -8,7 +8,8 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use tokentrace_recorder::runner::{self, RecordOptions};
+use tokentrace_recorder::runner;
+use tokentrace_recorder::session::{self, RecordOptions};
 use tokentrace_schemas::layout::list_cells;
 use tokentrace_schemas::manifest::{CellStatus, Manifest};
 use tokentrace_schemas::raw::RawReader;
@@ -52,8 +53,8 @@ pub fn options(target: &str, out: &Path) -> RecordOptions {
         gpus: Default::default(),
         upload: None,
         skip_over_capacity: false,
-        modes: vec![runner::Mode::Matrix],
-        burst_requests: runner::DEFAULT_BURST_REQUESTS,
+        modes: vec![session::Mode::Matrix],
+        burst_requests: session::DEFAULT_BURST_REQUESTS,
         rate: None,
         plan_only: false,
         replay: None,
@@ -792,7 +793,7 @@ async fn a_resumed_run_keeps_the_settings_it_was_recorded_with() {
     again.stall_timeout = Duration::from_secs(7);
     let lines = std::sync::Mutex::new(Vec::new());
     runner::record(&again, |p| {
-        if let runner::Progress::Line(l) = p
+        if let session::Progress::Line(l) = p
             && let Ok(mut v) = lines.lock()
         {
             v.push(l);
@@ -845,7 +846,7 @@ async fn max_concurrency_caps_a_rate_cell_and_the_wait_is_lag() {
     let mut opts = options(&sim.url(), &out);
     opts.contexts = vec![256];
     opts.max_tokens = 32;
-    opts.modes = vec![runner::Mode::Rate];
+    opts.modes = vec![session::Mode::Rate];
     opts.rate = Some(tokentrace_schemas::manifest::RateConfig {
         rates: vec![tokentrace_schemas::Rate::INF],
         arrival: tokentrace_schemas::schedule::Arrival::Poisson,

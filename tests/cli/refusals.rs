@@ -9,6 +9,7 @@ use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use tokentrace_recorder::runner;
+use tokentrace_recorder::session;
 use tokentrace_schemas::manifest::CellStatus;
 use tokentrace_schemas::reader::read_table;
 use tokentrace_schemas::tables::{EndReason, EventKind, Events, Requests};
@@ -91,7 +92,7 @@ async fn a_server_refusing_above_a_rate_gets_a_bounded_rate_and_the_cell_measure
     let started = Instant::now();
     let lines = std::sync::Mutex::new(Vec::new());
     let m = runner::record(&opts, |p| {
-        if let runner::Progress::CellEnd { key, line, .. } = p
+        if let session::Progress::CellEnd { key, line, .. } = p
             && let Ok(mut l) = lines.lock()
         {
             l.push((key, line));
@@ -168,7 +169,7 @@ async fn a_rate_cell_refused_above_the_servers_rate_is_an_error_with_the_refusal
     let mut opts = options(&server.url(), &out);
     opts.contexts = vec![256];
     opts.max_tokens = 8;
-    opts.modes = vec![runner::Mode::Rate];
+    opts.modes = vec![session::Mode::Rate];
     opts.rate = Some(tokentrace_schemas::manifest::RateConfig {
         rates: vec![tokentrace_schemas::Rate::parse("20").expect("rate")],
         arrival: tokentrace_schemas::schedule::Arrival::Constant,

@@ -6,7 +6,8 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use tokentrace_analyzer::{RuleSet, score_dir};
-use tokentrace_recorder::runner::{self, RecordOptions};
+use tokentrace_recorder::runner;
+use tokentrace_recorder::session::{self, RecordOptions};
 use tokentrace_schemas::layout::{Phase, list_cells};
 use tokentrace_schemas::reader::read_table;
 use tokentrace_schemas::tables::{Endpoint, EventKind, Events, Requests, Role};
@@ -69,8 +70,8 @@ pub(crate) fn options(target: String, out: &std::path::Path) -> RecordOptions {
         gpus: Default::default(),
         upload: None,
         skip_over_capacity: false,
-        modes: vec![runner::Mode::Matrix],
-        burst_requests: runner::DEFAULT_BURST_REQUESTS,
+        modes: vec![session::Mode::Matrix],
+        burst_requests: session::DEFAULT_BURST_REQUESTS,
         rate: None,
         plan_only: false,
         replay: None,
@@ -400,7 +401,7 @@ async fn burst_and_rate_cells_agree_with_the_simulators_ground_truth() {
         contexts: vec![512],
         concurrency: vec![2],
         max_tokens: 16,
-        modes: vec![runner::Mode::Burst, runner::Mode::Rate],
+        modes: vec![session::Mode::Burst, session::Mode::Rate],
         burst_requests: 6,
         rate: Some(RateConfig {
             rates: vec![rate("1"), rate("10")],
@@ -730,7 +731,7 @@ async fn one_token_answers_keep_their_ttft_and_e2e() {
         contexts: vec![512],
         concurrency: vec![2],
         max_tokens: 1,
-        modes: vec![runner::Mode::Burst, runner::Mode::Rate],
+        modes: vec![session::Mode::Burst, session::Mode::Rate],
         burst_requests: 4,
         rate: Some(RateConfig {
             rates: vec![Rate::parse("4").expect("rate")],

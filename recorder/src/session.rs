@@ -1,0 +1,772 @@
+//! A run's setup, resolved once before any cell: the options, the folder (new, resumed, or
+//! downloaded from the object store), the probe, the facts, the manifest (new or resumed)
+//! and the settings a resumed run keeps. [`crate::runner`] then only loops over cells.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokentrace_schemas::clock::RunClock;
+use tokentrace_schemas::manifest::{
+    BurstConfig, CellEntry, CellStatus, Fact, Manifest, PrefillMode, RateConfig, RunConfig, Target,
+    ToolInfo, fact,
+};
+use tokentrace_schemas::redact::{redact_command, redact_url};
+use tokentrace_schemas::tables::Endpoint;
+use tokentrace_schemas::{CellKey, Phase, SCHEMA_VERSION};
+
+use crate::cell::{self, RunCtx};
+use crate::http::Transport;
+use crate::probe::{self, ProbeError, ServerInfo};
+use crate::prompt::PromptError;
+use crate::queue::Record;
+use crate::replay::Workload;
+use crate::request::endpoint_url;
+use crate::store::RunStore;
+
+/// Defaults of the reference methodology.
+pub const DEFAULT_CONTEXTS: [u32; 5] = [8192, 16384, 32768, 65536, 131072];
+pub const DEFAULT_CONCURRENCY: [u32; 8] = [1, 2, 4, 8, 16, 32, 64, 128];
+pub const DEFAULT_WINDOW: Duration = Duration::from_secs(30);
+pub const DEFAULT_MAX_TOKENS: u32 = 4096;
+pub const DEFAULT_SCRAPE_INTERVAL: Duration = Duration::from_secs(1);
+pub const DEFAULT_STALL_TIMEOUT: Duration = Duration::from_secs(600);
+pub const DEFAULT_WARMUP_TIMEOUT: Duration = Duration::from_secs(600);
+pub const DEFAULT_DRAIN_TIMEOUT: Duration = Duration::from_secs(300);
+pub const DEFAULT_PROMPT_TOLERANCE: u32 = 8;
+/// Measured requests per burst cell when `--requests` is not given.
+pub const DEFAULT_BURST_REQUESTS: u32 = 100;
+
+/// A kind of workload a run records; each is a kind of cell in the same run folder.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Mode {
+    /// The context × concurrency matrix: prefill cells and closed-loop decode cells.
+    Matrix,
+    /// Burst / E2E: exactly N requests per context × concurrency, run to completion.
+    Burst,
+    /// Open-loop request rates, one cell per context × rate.
+    Rate,
+    /// A workload from a file (`--replay`): a recorded run's cells or a production
+    /// trace, one replay cell per source.
+    Replay,
+}
+
+impl Mode {
+    /// Parses `matrix`, `burst`, `rate` or `replay`.
+    pub fn parse(s: &str) -> Option<Mode> {
+        match s.trim() {
+            "matrix" => Some(Mode::Matrix),
+            "burst" => Some(Mode::Burst),
+            "rate" => Some(Mode::Rate),
+            "replay" => Some(Mode::Replay),
+            _ => None,
+        }
+    }
+}
+
+/// How to record.
+#[derive(Debug, Clone)]
+pub struct RecordOptions {
+    pub target: String,
+    pub out: PathBuf,
+    pub model: Option<String>,
+    pub endpoint: Endpoint,
+    pub contexts: Vec<u32>,
+    pub concurrency: Vec<u32>,
+    pub window: Duration,
+    pub max_tokens: u32,
+    pub metrics_url: Option<String>,
+    pub scrape_interval: Duration,
+    pub stall_timeout: Duration,
+    pub warmup_timeout: Duration,
+    pub drain_timeout: Duration,
+    pub prompt_tolerance: u32,
+    pub resume: bool,
+    /// Hardware / engine / run facts as the user gave them (`--describe key=value`).
+    pub describe: Vec<(String, String)>,
+    /// The server's launch command, redacted before it is stored.
+    pub launch_command: Option<String>,
+    /// Sent as a bearer token; never written anywhere.
+    pub api_key: Option<String>,
+    /// How prefill is measured.
+    pub prefill_mode: PrefillMode,
+    /// Counts tokens as they are written, for a progress display.
+    pub progress: std::sync::Arc<std::sync::atomic::AtomicU64>,
+    /// The session's cell writers (a commit may outlive a stopped recording): an
+    /// interrupt stops them and waits for none to run before it settles the manifest.
+    pub writers: Arc<cell::Writers>,
+    /// Where GPU facts and telemetry come from.
+    pub gpus: GpuChoice,
+    /// Object-store URL each committed cell and the manifest are uploaded to
+    /// (`--upload`); a `--resume` into a folder without a run downloads it from there.
+    pub upload: Option<String>,
+    /// Skip cells whose context × concurrency exceeds the engine's KV-cache budget.
+    pub skip_over_capacity: bool,
+    /// The kinds of cell to record (matrix, burst, rate), in that order per context.
+    pub modes: Vec<Mode>,
+    /// Measured requests per burst cell.
+    pub burst_requests: u32,
+    /// The rate cells' settings (rates, arrivals, seed, length, cap); needed with
+    /// [`Mode::Rate`].
+    pub rate: Option<RateConfig>,
+    /// Probe the server and plan the cells, then stop: nothing is sent beyond the
+    /// probe, and nothing is written (`--plan`).
+    pub plan_only: bool,
+    /// The workload to replay (`--replay`), read and checked before the run starts;
+    /// needed with [`Mode::Replay`].
+    pub replay: Option<ReplaySetup>,
+}
+
+/// A replay's settings and its workload, read before any request.
+#[derive(Debug, Clone)]
+pub struct ReplaySetup {
+    pub opts: crate::replay::ReplayOptions,
+    pub workload: Arc<crate::replay::Workload>,
+}
+
+/// Where GPU facts and telemetry come from.
+#[derive(Debug, Clone, Default)]
+pub enum GpuChoice {
+    /// NVML when it loads; otherwise none, and the manifest says why.
+    #[default]
+    Auto,
+    /// None (`--gpu-telemetry off`).
+    Off,
+    /// This source (a simulated box for tests and the built-in simulator).
+    Given(Arc<dyn crate::gpu::GpuSource>),
+}
+
+impl GpuChoice {
+    /// The source, or why there is none.
+    fn open(&self) -> Result<Arc<dyn crate::gpu::GpuSource>, String> {
+        match self {
+            GpuChoice::Auto => crate::gpu::Nvml::load().map(|n| Arc::new(n) as _),
+            GpuChoice::Off => Err("turned off (--gpu-telemetry off)".to_string()),
+            GpuChoice::Given(g) => Ok(g.clone()),
+        }
+    }
+}
+
+/// Why a run stopped.
+#[derive(Debug, thiserror::Error)]
+pub enum RecordError {
+    #[error(transparent)]
+    Probe(#[from] ProbeError),
+    #[error(transparent)]
+    Trace(#[from] tokentrace_schemas::Error),
+    #[error("{0}: already exists; give a new --out, or --resume to finish it")]
+    Exists(PathBuf),
+    #[error("{0}: cannot resume: {1}")]
+    Resume(PathBuf, String),
+    #[error("cannot build the prompt of {context} tokens: {source}")]
+    Prompt {
+        context: u32,
+        #[source]
+        source: PromptError,
+    },
+    #[error("cannot build the HTTP client: {0}")]
+    Client(String),
+    #[error(transparent)]
+    Store(#[from] crate::store::StoreError),
+    #[error(
+        "the run is complete in {0}, but uploading it failed: {1}; `--resume` with the same --out and --upload sends the rest"
+    )]
+    Upload(PathBuf, String),
+}
+
+/// The matrix as cells: a context that does not fit the server's longest request is
+/// skipped whole; with `--skip-over-capacity`, so is each cell whose context × streams
+/// exceeds the KV-cache budget (`kv`: tokens and where the number came from).
+fn cell_list(
+    opts: &RecordOptions,
+    limit: Option<u32>,
+    source: Option<&str>,
+    kv: Option<(u64, &str)>,
+    workload: Option<&crate::replay::Workload>,
+) -> Vec<CellEntry> {
+    let mut cells = Vec::new();
+    for &ctx in &opts.contexts {
+        let fits =
+            limit.is_none_or(|m| u64::from(ctx) + u64::from(opts.max_tokens) <= u64::from(m));
+        let reason = (!fits).then(|| {
+            format!(
+                "context {ctx} + max tokens {} exceeds the server's {} {}",
+                opts.max_tokens,
+                source.unwrap_or("max_model_len"),
+                limit.unwrap_or(0)
+            )
+        });
+        let status = if fits {
+            CellStatus::Planned
+        } else {
+            CellStatus::Skipped
+        };
+        let mut push = |key: CellKey, concurrency: u32| {
+            let need = u64::from(ctx) * u64::from(concurrency);
+            let over = kv.filter(|(budget, _)| opts.skip_over_capacity && need > *budget);
+            let (status, reason) = match (status, over) {
+                (CellStatus::Planned, Some((budget, from))) => (
+                    CellStatus::Skipped,
+                    Some(format!(
+                        "context {ctx} × {concurrency} streams needs {need} tokens of KV cache; \
+                         the server has {budget} ({from}) and --skip-over-capacity is set"
+                    )),
+                ),
+                _ => (status, reason.clone()),
+            };
+            cells.push(CellEntry {
+                status,
+                reason,
+                ..CellEntry::planned(key)
+            });
+        };
+        if opts.modes.contains(&Mode::Matrix) {
+            if opts.prefill_mode == PrefillMode::Scout {
+                push(CellKey::new(Phase::Prefill, ctx, 1), 1);
+            }
+            for &n in &opts.concurrency {
+                push(CellKey::new(Phase::Decode, ctx, n), n);
+            }
+        }
+        if opts.modes.contains(&Mode::Burst) {
+            for &n in &opts.concurrency {
+                push(CellKey::new(Phase::Burst, ctx, n), n);
+            }
+        }
+        if let Some(rate) = opts
+            .rate
+            .as_ref()
+            .filter(|_| opts.modes.contains(&Mode::Rate))
+        {
+            // A rate cell holds at most `max_concurrency` prompts at once; uncapped, its
+            // need is not known before it runs, and it is never skipped for capacity.
+            for &r in &rate.rates {
+                push(CellKey::rate(ctx, r), rate.max_concurrency.unwrap_or(0));
+            }
+        }
+    }
+    if let Some(w) = workload.filter(|_| opts.modes.contains(&Mode::Replay)) {
+        for (key, c) in w.keys().into_iter().zip(&w.cells) {
+            let all_skipped = c.items.iter().all(|i| i.skipped.is_some());
+            cells.push(CellEntry {
+                status: if all_skipped {
+                    CellStatus::Skipped
+                } else {
+                    CellStatus::Planned
+                },
+                reason: all_skipped.then(|| {
+                    format!(
+                        "none of its {} requests can be sent ({})",
+                        c.items.len(),
+                        c.items
+                            .first()
+                            .and_then(|i| i.skipped.as_deref())
+                            .unwrap_or("")
+                    )
+                }),
+                ..CellEntry::planned(key)
+            });
+        }
+    }
+    cells
+}
+
+/// The engine's KV-cache budget from the probe's facts: tokens, and `fact source`.
+fn kv_budget(facts: &[tokentrace_schemas::manifest::Fact]) -> Option<(u64, &str)> {
+    let f = facts.iter().find(|f| f.key == "engine.kv_cache_tokens")?;
+    Some((f.value.trim().parse().ok()?, f.source.as_str()))
+}
+
+/// A nonce for this recording session's prompts: its start time and process, mixed.
+fn nonce(clock: &RunClock) -> String {
+    use tokentrace_schemas::rng::mix;
+    let utc = clock.anchor().utc_at_zero;
+    let h = utc
+        .bytes()
+        .fold(u64::from(std::process::id()), |h, b| mix(h ^ u64::from(b)));
+    format!("{:08x}", h >> 32)
+}
+
+fn http_client(api_key: Option<&str>) -> Result<reqwest::Client, RecordError> {
+    let mut headers = reqwest::header::HeaderMap::new();
+    if let Some(key) = api_key {
+        let mut v =
+            reqwest::header::HeaderValue::from_str(&format!("Bearer {key}")).map_err(|_| {
+                RecordError::Client("the API key is not a valid header value".to_string())
+            })?;
+        v.set_sensitive(true);
+        headers.insert(reqwest::header::AUTHORIZATION, v);
+    }
+    // Control-plane calls only (probe, tokenize, metrics); generation streams go through
+    // `http::Transport`, which keeps connections alive per worker. No idle pooling here:
+    // servers close kept-alive connections on their own terms (llama.cpp's HTTP library
+    // after 5 requests), and these calls are too rare to gain from reuse.
+    reqwest::Client::builder()
+        .default_headers(headers)
+        .tcp_nodelay(true)
+        .pool_max_idle_per_host(0)
+        .build()
+        .map_err(|e| RecordError::Client(e.to_string()))
+}
+
+/// The headers every generation request carries besides the fixed ones.
+pub(crate) fn auth_headers(api_key: Option<&str>) -> Vec<(String, String)> {
+    api_key
+        .map(|k| ("authorization".to_string(), format!("Bearer {k}")))
+        .into_iter()
+        .collect()
+}
+
+/// What the runner reports as it goes (for a progress bar or log lines).
+#[derive(Debug, Clone)]
+pub enum Progress {
+    /// Something to tell the user.
+    Line(String),
+    /// Cell `index` (0-based) of `total` starts recording.
+    CellStart {
+        index: usize,
+        total: usize,
+        key: CellKey,
+    },
+    /// Cell `index` is done (committed, failed or skipped); `line` says how.
+    CellEnd {
+        index: usize,
+        total: usize,
+        key: CellKey,
+        line: String,
+    },
+}
+
+impl std::fmt::Display for Progress {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Progress::Line(l) => f.write_str(l),
+            Progress::CellStart { index, total, key } => {
+                write!(f, "[{}/{total}] {key}: recording", index + 1)
+            }
+            Progress::CellEnd {
+                index,
+                total,
+                key,
+                line,
+            } => write!(f, "[{}/{total}] {key}: {line}", index + 1),
+        }
+    }
+}
+
+/// A run set up to record: everything the cell loop needs, resolved once.
+pub(crate) struct Session {
+    /// Where committed cells and the manifest are uploaded (`--upload`).
+    pub store: Option<RunStore>,
+    /// Control-plane calls (tokenize, metrics).
+    pub client: reqwest::Client,
+    /// The run's manifest, new or resumed, with this session's prompt nonce added.
+    pub manifest: Manifest,
+    /// This session's prompt nonce.
+    pub nonce: String,
+    /// What every cell is recorded with: the settings kept, the transport, the clock.
+    pub ctx: RunCtx,
+    /// The probe's stream, written into the first cell this session records.
+    pub probe_records: Vec<Record>,
+    /// The replay workload, with requests over the server's limit marked skipped.
+    pub workload: Option<Arc<Workload>>,
+    /// Why the last upload failed, if it did (tried again after each cell).
+    pub upload_failed: Option<String>,
+}
+
+/// What [`open`] resolved: a plan (`--plan`: nothing sent beyond the probe, nothing
+/// written), or a session to record.
+pub(crate) enum Opened {
+    Plan(Box<Manifest>),
+    Run(Box<Session>),
+}
+
+/// Resolves the run's setup: the folder, the probe, the facts, the manifest and the
+/// settings kept; writes the manifest and uploads what the store lacks.
+pub(crate) async fn open(
+    opts: &RecordOptions,
+    progress: &mut impl FnMut(Progress),
+) -> Result<Opened, RecordError> {
+    let store = match &opts.upload {
+        Some(url) => Some(RunStore::open(url)?),
+        None => None,
+    };
+    let resume = prepare_folder(opts, store.as_ref(), progress).await?;
+    let client = http_client(opts.api_key.as_deref())?;
+    let transport = transport(opts, opts.endpoint)?;
+    let clock = RunClock::start();
+    let info = probe::probe(
+        &client,
+        &transport,
+        &clock,
+        probe::ProbeTarget {
+            base: &opts.target,
+            model: opts.model.as_deref(),
+            endpoint: opts.endpoint,
+            metrics_url: opts.metrics_url.as_deref(),
+            stall_timeout: opts.stall_timeout,
+        },
+    )
+    .await?;
+    progress(Progress::Line(server_line(&info)));
+    let (facts, gpus) = gather_facts(opts, &info, progress);
+    // The workload, with every request over the server's longest request marked
+    // skipped (never cut to fit).
+    let workload = opts.replay.as_ref().map(|r| {
+        let mut w = (*r.workload).clone();
+        w.skip_over(
+            info.max_model_len,
+            info.capabilities.max_model_len_source.as_deref(),
+        );
+        Arc::new(w)
+    });
+    let mut manifest = if resume && !opts.plan_only {
+        resumed_manifest(opts, &info, workload.as_deref())?
+    } else {
+        if !opts.plan_only {
+            std::fs::create_dir_all(&opts.out)
+                .map_err(|e| tokentrace_schemas::Error::io(&opts.out, e))?;
+        }
+        new_manifest(opts, &info, facts, &clock, workload.as_deref())
+    };
+    manifest.schema_version =
+        tokentrace_schemas::manifest::json_version(manifest.cells.iter().map(|c| c.phase));
+    if opts.plan_only {
+        return Ok(Opened::Plan(Box::new(manifest)));
+    }
+    // This session's prompts start with a nonce of their own.
+    let nonce = nonce(&clock);
+    manifest.config.prompt_nonces.push(nonce.clone());
+    manifest.write(&opts.out)?;
+    // The store gets the manifest, and whatever complete cells it lacks (a resumed
+    // run's earlier uploads may have been cut short).
+    let mut upload_failed = None;
+    if let Some(store) = &store {
+        upload_failed = sync(store, &opts.out, progress).await;
+    }
+    // A resumed run keeps the endpoint it was recorded with.
+    let transport = if manifest.config.endpoint == opts.endpoint {
+        transport
+    } else {
+        self::transport(opts, manifest.config.endpoint)?
+    };
+    let settings = kept_settings(opts, &manifest, progress);
+    let ctx = RunCtx {
+        client: client.clone(),
+        clock,
+        transport,
+        endpoint: manifest.config.endpoint,
+        metrics_url: info.metrics_url.clone(),
+        scrape_interval: settings.scrape_interval,
+        stall_timeout: settings.stall_timeout,
+        warmup_timeout: settings.warmup_timeout,
+        drain_timeout: settings.drain_timeout,
+        counting: info.counting,
+        tokens: opts.progress.clone(),
+        writers: opts.writers.clone(),
+        gpus,
+    };
+    Ok(Opened::Run(Box::new(Session {
+        store,
+        client,
+        manifest,
+        nonce,
+        ctx,
+        probe_records: info.probe_records,
+        workload,
+        upload_failed,
+    })))
+}
+
+/// Readies the output folder; returns whether the run resumes one. A resume into a
+/// folder without a run continues the run in the store (a new box after the old one
+/// died): its complete cells come down first.
+async fn prepare_folder(
+    opts: &RecordOptions,
+    store: Option<&RunStore>,
+    progress: &mut impl FnMut(Progress),
+) -> Result<bool, RecordError> {
+    let manifest_path = opts.out.join(tokentrace_schemas::layout::MANIFEST_FILE);
+    if let Some(store) = store
+        && opts.resume
+        && !manifest_path.exists()
+        && store.has_run().await?
+    {
+        let n = store.download_run(&opts.out).await?;
+        progress(Progress::Line(format!(
+            "resuming {}: {n} complete cells downloaded into {}",
+            store.url(),
+            opts.out.display()
+        )));
+    }
+    // A resumed folder without a manifest was stopped before anything was recorded in
+    // it: the run starts afresh there.
+    let resume = opts.resume && manifest_path.exists();
+    // Staging folders of an earlier session (killed mid-cell or mid-commit) hold
+    // nothing committed: they go.
+    if opts.resume {
+        let staging = opts.out.join(tokentrace_schemas::layout::STAGING_DIR);
+        if staging.exists() {
+            std::fs::remove_dir_all(&staging)
+                .map_err(|e| tokentrace_schemas::Error::io(&staging, e))?;
+        }
+    }
+    if !opts.resume && !opts.plan_only && opts.out.exists() {
+        return Err(RecordError::Exists(opts.out.clone()));
+    }
+    Ok(resume)
+}
+
+/// The measured connection to the generation endpoint.
+fn transport(opts: &RecordOptions, endpoint: Endpoint) -> Result<Arc<Transport>, RecordError> {
+    Transport::new(
+        &endpoint_url(&opts.target, endpoint),
+        &auth_headers(opts.api_key.as_deref()),
+    )
+    .map(Arc::new)
+    .map_err(|e| RecordError::Client(e.to_string()))
+}
+
+/// What the probe found, in one line for the user.
+fn server_line(info: &ServerInfo) -> String {
+    let engine: Vec<&str> = [
+        info.engine.name.as_deref().or(Some("unknown")),
+        info.engine.version.as_deref(),
+    ]
+    .into_iter()
+    .flatten()
+    .filter(|s| !s.is_empty())
+    .collect();
+    format!(
+        "server: model {} · engine {} · longest request {} · tokens counted as {}",
+        info.model,
+        engine.join(" "),
+        match (info.max_model_len, &info.capabilities.max_model_len_source) {
+            (Some(m), Some(s)) => format!("{m} tokens ({s})"),
+            (Some(m), None) => format!("{m} tokens"),
+            _ => "unknown".to_string(),
+        },
+        info.capabilities
+            .token_counting
+            .as_deref()
+            .and_then(tokentrace_wire::TokenCounting::from_name)
+            .map_or("unknown", tokentrace_wire::TokenCounting::describe),
+    )
+}
+
+/// The engine's, the host's and the GPUs' facts with the user's `--describe` applied,
+/// and the GPU telemetry source (none, and a fact saying why, without one).
+fn gather_facts(
+    opts: &RecordOptions,
+    info: &ServerInfo,
+    progress: &mut impl FnMut(Progress),
+) -> (Vec<Fact>, Option<Arc<dyn crate::gpu::GpuSource>>) {
+    let gpus = opts.gpus.open();
+    let mut found = info.facts.clone();
+    found.extend(crate::host::facts());
+    match &gpus {
+        Ok(g) => {
+            let gpu_facts = g.facts();
+            let source = gpu_facts
+                .first()
+                .map_or_else(|| "NVML".to_string(), |f| f.source.clone());
+            found.extend(gpu_facts);
+            found.push(Fact::new(
+                "gpu.telemetry",
+                format!("sampled with every scrape ({source})"),
+                source,
+            ));
+        }
+        Err(why) => found.push(Fact::new("gpu.telemetry", format!("none: {why}"), "NVML")),
+    }
+    let facts = crate::facts::apply_describe(found, &opts.describe);
+    progress(Progress::Line(match &gpus {
+        Ok(_) => format!(
+            "GPUs: {} × {} · telemetry with every scrape",
+            fact(&facts, "gpu.count").unwrap_or("?"),
+            fact(&facts, "gpu.name").unwrap_or("unnamed"),
+        ),
+        Err(why) => format!("GPUs: no telemetry ({why})"),
+    }));
+    (facts, gpus.ok())
+}
+
+/// The manifest of the run being resumed, checked against the server and the workload.
+fn resumed_manifest(
+    opts: &RecordOptions,
+    info: &ServerInfo,
+    workload: Option<&Workload>,
+) -> Result<Manifest, RecordError> {
+    let m = Manifest::read(&opts.out)?;
+    if m.model != info.model {
+        return Err(RecordError::Resume(
+            opts.out.clone(),
+            format!(
+                "it recorded model `{}`, the server serves `{}`",
+                m.model, info.model
+            ),
+        ));
+    }
+    if let (Some(kept), Some(w)) = (&m.config.replay, workload) {
+        let given: Vec<&str> = w.cells.iter().map(|c| c.source.sha256.as_str()).collect();
+        let recorded: Vec<&str> = kept.sources.iter().map(|s| s.sha256.as_str()).collect();
+        if given != recorded {
+            return Err(RecordError::Resume(
+                opts.out.clone(),
+                format!(
+                    "it replays {} (SHA-256 {}), not the workload given",
+                    kept.from,
+                    recorded.join(", ")
+                ),
+            ));
+        }
+    }
+    Ok(m)
+}
+
+/// A new run's manifest: what the server is, the facts, the settings and the cells.
+fn new_manifest(
+    opts: &RecordOptions,
+    info: &ServerInfo,
+    facts: Vec<Fact>,
+    clock: &RunClock,
+    workload: Option<&Workload>,
+) -> Manifest {
+    let mut engine = info.engine.clone();
+    for (k, v) in &opts.describe {
+        engine.details.insert(format!("describe.{k}"), v.clone());
+    }
+    let ns = |d: Duration| i64::try_from(d.as_nanos()).unwrap_or(i64::MAX);
+    Manifest {
+        schema_version: SCHEMA_VERSION,
+        tool: ToolInfo::current(),
+        run_id: format!("run-{}", clock.anchor().utc_at_zero.replace([':', '.'], "")),
+        clock: clock.anchor(),
+        target: Target {
+            url: redact_url(&opts.target),
+            api_key: opts.api_key.is_some(),
+        },
+        model: info.model.clone(),
+        engine,
+        hardware: opts
+            .describe
+            .iter()
+            .find(|(k, _)| k == "hardware")
+            .map(|(_, v)| v.clone()),
+        launch_command: opts.launch_command.as_deref().map(redact_command),
+        facts,
+        capabilities: info.capabilities.clone(),
+        config: RunConfig {
+            endpoint: opts.endpoint,
+            contexts: opts.contexts.clone(),
+            concurrency: opts.concurrency.clone(),
+            window_ns: ns(opts.window),
+            max_tokens: opts.max_tokens,
+            ignore_eos: true,
+            scrape_interval_ns: ns(opts.scrape_interval),
+            warmup_timeout_ns: ns(opts.warmup_timeout),
+            drain_timeout_ns: ns(opts.drain_timeout),
+            stall_timeout_ns: ns(opts.stall_timeout),
+            prompt_tolerance_tokens: opts.prompt_tolerance,
+            prompt_nonces: Vec::new(),
+            prefill_mode: Some(opts.prefill_mode),
+            burst: opts.modes.contains(&Mode::Burst).then_some(BurstConfig {
+                requests: opts.burst_requests,
+            }),
+            rate: opts
+                .rate
+                .clone()
+                .filter(|_| opts.modes.contains(&Mode::Rate)),
+            replay: workload
+                .zip(opts.replay.as_ref())
+                .filter(|_| opts.modes.contains(&Mode::Replay))
+                .map(|(w, r)| w.config(&r.opts)),
+        },
+        cells: cell_list(
+            opts,
+            info.max_model_len,
+            info.capabilities.max_model_len_source.as_deref(),
+            kv_budget(&info.facts),
+            workload,
+        ),
+        reparsed: None,
+    }
+}
+
+/// The settings every cell is recorded with.
+struct Settings {
+    scrape_interval: Duration,
+    stall_timeout: Duration,
+    warmup_timeout: Duration,
+    drain_timeout: Duration,
+}
+
+/// A resumed run keeps the settings it was recorded with, so that every cell of it was
+/// measured alike and its manifest tells the truth about all of them; each given
+/// setting that differs is named.
+fn kept_settings(
+    opts: &RecordOptions,
+    manifest: &Manifest,
+    progress: &mut impl FnMut(Progress),
+) -> Settings {
+    let c = &manifest.config;
+    let setting = |ns: i64| Duration::from_nanos(u64::try_from(ns).unwrap_or(0));
+    let kept = [
+        (
+            "--metrics-interval",
+            c.scrape_interval_ns,
+            opts.scrape_interval,
+        ),
+        ("--stall-timeout", c.stall_timeout_ns, opts.stall_timeout),
+        ("--warmup-timeout", c.warmup_timeout_ns, opts.warmup_timeout),
+        ("--drain-timeout", c.drain_timeout_ns, opts.drain_timeout),
+    ];
+    for (name, recorded, given) in kept {
+        if setting(recorded) != given {
+            progress(Progress::Line(format!(
+                "{name} {}: the run was recorded with {}, which it keeps",
+                humantime::format_duration(given),
+                humantime::format_duration(setting(recorded))
+            )));
+        }
+    }
+    if c.prompt_tolerance_tokens != opts.prompt_tolerance {
+        progress(Progress::Line(format!(
+            "--prompt-tolerance {}: the run was recorded with {}, which it keeps",
+            opts.prompt_tolerance, c.prompt_tolerance_tokens
+        )));
+    }
+    Settings {
+        scrape_interval: setting(c.scrape_interval_ns),
+        stall_timeout: setting(c.stall_timeout_ns),
+        warmup_timeout: setting(c.warmup_timeout_ns),
+        drain_timeout: setting(c.drain_timeout_ns),
+    }
+}
+
+/// Uploads the complete cells the store lacks and the manifest; on failure, says so
+/// and returns why (the recording goes on: everything is on the local disk).
+pub(crate) async fn sync(
+    store: &crate::store::RunStore,
+    run: &std::path::Path,
+    progress: &mut impl FnMut(Progress),
+) -> Option<String> {
+    match store.sync(run).await {
+        Ok(0) => None,
+        Ok(n) => {
+            progress(Progress::Line(format!(
+                "uploaded {n} cell{} to {}",
+                if n == 1 { "" } else { "s" },
+                store.url()
+            )));
+            None
+        }
+        Err(e) => {
+            progress(Progress::Line(format!(
+                "upload to {} failed (tried again after the next cell): {e}",
+                store.url()
+            )));
+            Some(e.to_string())
+        }
+    }
+}
