@@ -10,7 +10,10 @@ use std::process::ExitCode;
 
 use anyhow::{Context, bail};
 use tokentrace_schemas::CellKey;
-use tokentrace_schemas::manifest::{CellMeta, CellStatus, Manifest, Reparsed, ToolInfo};
+use tokentrace_schemas::column::parse_arg;
+use tokentrace_schemas::manifest::{
+    CellMeta, CellStatus, Manifest, Reparsed, TokenCounting, ToolInfo,
+};
 use tokentrace_schemas::raw::RawReader;
 use tokentrace_schemas::reader::{open_table, read_table};
 use tokentrace_schemas::table::Table;
@@ -18,7 +21,7 @@ use tokentrace_schemas::tables::{
     ChunkRow, Chunks, EndReason, Events, Metrics, RequestRow, Requests, Role,
 };
 use tokentrace_schemas::writer::CellWriter;
-use tokentrace_wire::{Assembler, End, TokenCounting};
+use tokentrace_wire::{Assembler, Counting, End};
 
 /// Arguments of `tokentrace reparse`.
 #[derive(Debug, clap::Args)]
@@ -30,8 +33,8 @@ pub struct ReparseArgs {
     pub out: PathBuf,
     /// How chunk tokens are counted: `usage`, `token_ids` or `one_per_chunk` (default:
     /// the policy the run was recorded with). The probe request keeps its own `auto`.
-    #[arg(long, value_parser = ["usage", "token_ids", "one_per_chunk"])]
-    pub token_counting: Option<String>,
+    #[arg(long, value_parser = parse_arg::<TokenCounting>)]
+    pub token_counting: Option<TokenCounting>,
 }
 
 /// What one cell became.
@@ -47,12 +50,7 @@ pub struct CellSummary {
 
 /// Runs the command; prints one line per cell.
 pub fn run(args: &ReparseArgs, out: &mut impl Write) -> anyhow::Result<ExitCode> {
-    let counting = args
-        .token_counting
-        .as_deref()
-        .map(|n| TokenCounting::from_name(n).context("unknown token-counting policy"))
-        .transpose()?;
-    let cells = reparse(&args.run, &args.out, counting)?;
+    let cells = reparse(&args.run, &args.out, args.token_counting)?;
     for c in &cells {
         writeln!(
             out,
@@ -75,18 +73,13 @@ pub fn reparse(
     if out.exists() {
         bail!("{} exists: reparse writes a new run folder", out.display());
     }
-    let recorded = manifest.capabilities.token_counting.clone();
-    let policy = match counting {
+    let recorded = manifest.capabilities.token_counting;
+    let policy = match counting.or(recorded) {
         Some(c) => c,
-        None => recorded
-            .as_deref()
-            .and_then(TokenCounting::from_name)
-            .with_context(|| {
-                format!(
-                    "{}: the manifest records no token-counting policy ({recorded:?}); give --token-counting",
-                    run.join("manifest.json").display()
-                )
-            })?,
+        None => bail!(
+            "{}: the manifest records no token-counting policy; give --token-counting",
+            run.join("manifest.json").display()
+        ),
     };
     let name = out
         .file_name()
@@ -104,12 +97,12 @@ pub fn reparse(
     }
     let summaries = cells?;
     let mut new = manifest.clone();
-    new.capabilities.token_counting = Some(policy.as_str().to_string());
+    new.capabilities.token_counting = Some(policy);
     new.reparsed = Some(Reparsed {
         from: run.display().to_string(),
         from_run_id: manifest.run_id.clone(),
         recorded_token_counting: recorded,
-        token_counting: policy.as_str().to_string(),
+        token_counting: policy,
         tool: ToolInfo::current(),
     });
     new.write(&tmp)?;
@@ -163,9 +156,9 @@ struct Open {
 fn start(r: &RequestRow, policy: TokenCounting) -> Open {
     // The probe was recorded before the policy was known, counting whatever it found.
     let counting = if r.role == Role::Probe {
-        TokenCounting::Auto
+        Counting::Auto
     } else {
-        policy
+        Counting::Policy(policy)
     };
     let mut asm = Assembler::new(counting, r.clone());
     if let Some(status) = r.http_status {

@@ -6,7 +6,8 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 use tokentrace_schemas::layout::{CellKey, Phase, Rate};
-use tokentrace_schemas::manifest::CellStatus;
+use tokentrace_schemas::manifest::{CellStatus, PrefillMode, TokenCounting};
+use tokentrace_schemas::tables::Endpoint;
 
 use crate::presets::Preset;
 use crate::rules::{Channel, RuleSet};
@@ -73,15 +74,15 @@ pub struct RunInfo {
     pub hardware: Option<String>,
     pub launch_command: Option<String>,
     pub target: String,
-    pub endpoint: String,
+    pub endpoint: Endpoint,
     pub window_s: f64,
     pub max_tokens: u32,
     pub ignore_eos: bool,
-    pub token_counting: Option<String>,
+    pub token_counting: Option<TokenCounting>,
     /// Whether the server's `/metrics` answered.
     pub server_metrics: Option<bool>,
-    /// How prefill was measured: `scout` or `warmup` (older runs: `scout`).
-    pub prefill_mode: String,
+    /// How prefill was measured (older runs: `scout`).
+    pub prefill_mode: PrefillMode,
     /// What the recorder found out by itself about the host, GPUs and engine (empty
     /// for runs recorded before it did).
     #[serde(default)]

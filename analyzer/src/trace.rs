@@ -233,7 +233,11 @@ fn token_timelines(run: &Run) -> Result<BTreeMap<CellKey, Vec<(i64, i64)>>> {
         source,
     };
     let df = chunks
-        .filter(col("phase").eq(lit("decode")).and(col("tokens").gt(lit(0))))
+        .filter(
+            col("phase")
+                .eq(lit(Phase::Decode.as_str()))
+                .and(col("tokens").gt(lit(0))),
+        )
         .select([
             col("context").cast(DataType::Int64),
             col("concurrency").cast(DataType::Int64),

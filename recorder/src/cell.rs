@@ -20,12 +20,13 @@ use tokentrace_schemas::writer::CellWriter;
 use tokentrace_schemas::{CellKey, Phase};
 use tokio::sync::{Notify, oneshot, watch};
 
-use crate::client::{self, Lane, RunCtl, TokenCounting};
+use crate::client::{self, Lane, RunCtl};
 use crate::http::Transport;
 use crate::pace::{AfterRefusal, GaveUp, Pacer};
 use crate::queue::Record;
 use crate::request::{Body, RequestSpec};
 use crate::{queue, scrape};
+use tokentrace_schemas::manifest::TokenCounting;
 
 /// How long the writer thread sleeps when the queue is empty, unless a sender finds it
 /// half full or commits the cell. Each wake-up is a context switch whatever the rate (a
@@ -194,7 +195,7 @@ impl Cell {
         first_token: Option<oneshot::Sender<i64>>,
     ) -> client::Ran {
         let ctl = RunCtl {
-            counting: self.ctx.counting,
+            counting: self.ctx.counting.into(),
             stall_timeout: self.ctx.stall_timeout,
             cancel,
             first_token,

@@ -14,7 +14,8 @@ use tokentrace_schemas::tables::{EndReason, EventKind, EventRow, RequestRow};
 use tokentrace_wire::{Assembler, End};
 use tokio::sync::{oneshot, watch};
 
-pub use tokentrace_wire::{MAX_ERROR_BODY, TokenCounting};
+use tokentrace_wire::Counting;
+pub use tokentrace_wire::MAX_ERROR_BODY;
 
 use crate::http::{BodyDecoder, Conn, Transport, parse_head};
 use crate::queue::Record;
@@ -23,7 +24,8 @@ use crate::request::RequestSpec;
 /// How a request is run, beyond what it is.
 #[derive(Debug)]
 pub struct RunCtl {
-    pub counting: TokenCounting,
+    /// How the stream's tokens are counted.
+    pub counting: Counting,
     /// A stream silent this long ends as `stall_timeout`.
     pub stall_timeout: Duration,
     /// Turning true closes the connection (the server aborts the request): `cancelled`.
@@ -73,6 +75,8 @@ pub struct Ran {
     /// Prompt tokens, and those served from the prefix cache, as the server said.
     pub prompt_tokens: Option<i32>,
     pub cached_tokens: Option<i32>,
+    /// What the stream's text events carried (token ids, usage, reasoning).
+    pub seen: tokentrace_wire::Seen,
 }
 
 /// A closed-loop worker's way to the server: its transport and the connection it keeps
@@ -432,6 +436,7 @@ impl Req<'_> {
         let end_ns = self.clock.now_ns();
         let cancelled = matches!(end, End::Cancelled);
         let no_token = self.asm.first_token_ns().is_none();
+        let seen = self.asm.seen();
         let row = self.asm.finish(end, end_ns, &mut chunks);
         let refused = (no_token
             && !cancelled
@@ -471,6 +476,7 @@ impl Req<'_> {
             produced: !no_token,
             prompt_tokens,
             cached_tokens,
+            seen,
         }
     }
 }

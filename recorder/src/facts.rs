@@ -3,7 +3,7 @@
 //! Each answer maps to the manifest's `engine.*` keys (FORMAT.md), with its source.
 
 use serde_json::Value;
-use tokentrace_schemas::manifest::Fact;
+use tokentrace_schemas::manifest::{Described, Fact};
 use tokentrace_schemas::tables::{MetricRow, MetricType};
 
 /// A JSON scalar as text; `None` for null, empty strings, arrays and objects.
@@ -220,14 +220,12 @@ pub fn kv_budget(facts: &[Fact]) -> Option<Fact> {
     None
 }
 
-/// `--describe key=value` pairs replace the facts of the same key (source
-/// `--describe`); other keys are left to the manifest's `hardware` and details.
+/// `--describe key=value` pairs whose home is a fact ([`Described::Fact`]) replace the
+/// facts of the same key (source `--describe`); the others have homes of their own.
 pub fn apply_describe(facts: Vec<Fact>, describe: &[(String, String)]) -> Vec<Fact> {
     let given: Vec<Fact> = describe
         .iter()
-        .filter(|(k, _)| {
-            k.starts_with("host.") || k.starts_with("gpu.") || k.starts_with("engine.")
-        })
+        .filter(|(k, _)| Described::of(k) == Described::Fact)
         .map(|(k, v)| Fact::new(k.clone(), v.clone(), "--describe"))
         .collect();
     merge(given.into_iter().chain(facts))

@@ -6,10 +6,10 @@
 use std::time::Duration;
 
 use serde_json::{Value, json};
-use tokentrace_schemas::manifest::{EngineInfo, ServerCapabilities};
+use tokentrace_schemas::manifest::{EngineInfo, ServerCapabilities, TokenCounting, TokenizeShape};
 use tokentrace_schemas::tables::Endpoint;
 
-use crate::client::{self, Lane, RunCtl, TokenCounting};
+use crate::client::{self, Lane, RunCtl};
 use crate::control::{MAX_ANSWER_BYTES, get_tokenize, join};
 use crate::http::Transport;
 use crate::queue::Record;
@@ -17,7 +17,7 @@ use crate::request::{RequestSpec, stream_body};
 use crate::scrape::read_body;
 use tokentrace_schemas::clock::RunClock;
 use tokentrace_schemas::tables::Role;
-use tokentrace_wire::sse::SseFramer;
+use tokentrace_wire::Seen;
 
 /// Why the run cannot start.
 #[derive(Debug, thiserror::Error)]
@@ -151,8 +151,8 @@ pub async fn probe(
     )
     .await;
     let tokenize = tokenize_shape(client, base, &model).await;
-    let (records, ids, usage_per_chunk) =
-        probe_stream(transport, clock, &model, endpoint, stall_timeout).await;
+    let (records, seen) = probe_stream(transport, clock, &model, endpoint, stall_timeout).await;
+    let (ids, usage_per_chunk) = (seen.token_ids, seen.continuous_usage);
     let counting = if ids {
         TokenCounting::TokenIds
     } else if usage_per_chunk {
@@ -168,7 +168,7 @@ pub async fn probe(
             tokenize,
             max_model_len,
             max_model_len_source,
-            token_counting: Some(counting.as_str().to_string()),
+            token_counting: Some(counting),
         },
         model,
         max_model_len,
@@ -278,15 +278,19 @@ async fn facts(
     facts
 }
 
-/// Which `/tokenize` shape the server answers (`vllm`, `llama.cpp`), if any.
-async fn tokenize_shape(client: &reqwest::Client, base: &str, model: &str) -> Option<String> {
+/// Which `/tokenize` shape the server answers, if any.
+async fn tokenize_shape(
+    client: &reqwest::Client,
+    base: &str,
+    model: &str,
+) -> Option<TokenizeShape> {
     // A shape counts only when "hello" gives tokens: llama.cpp answers the vLLM shape
     // with an empty list (it ignores fields it does not know).
     if get_tokenize(client, base, &json!({"model": model, "prompt": "hello"}))
         .await
         .is_some_and(|t| !t.is_empty())
     {
-        Some("vllm".to_string())
+        Some(TokenizeShape::Vllm)
     } else if get_tokenize(
         client,
         base,
@@ -295,21 +299,22 @@ async fn tokenize_shape(client: &reqwest::Client, base: &str, model: &str) -> Op
     .await
     .is_some_and(|t| !t.is_empty())
     {
-        Some("llama.cpp".to_string())
+        Some(TokenizeShape::LlamaCpp)
     } else {
         None
     }
 }
 
 /// One short stream, recorded like any request (its rows go into the first cell): its
-/// records, and whether its text events carried token ids, or cumulative usage.
+/// records, and what its text events carried (token ids, cumulative usage), as the
+/// assembler that recorded it saw.
 async fn probe_stream(
     transport: &std::sync::Arc<Transport>,
     clock: &RunClock,
     model: &str,
     endpoint: Endpoint,
     stall_timeout: Duration,
-) -> (Vec<Record>, bool, bool) {
+) -> (Vec<Record>, Seen) {
     let body = stream_body(model, endpoint, &Value::String(" hello".to_string()), 4);
     let spec = RequestSpec {
         request_id: 0,
@@ -324,7 +329,7 @@ async fn probe_stream(
     let (tx, mut rx) = crate::queue::queue(1024, crate::queue::QUEUE_BYTES);
     let (_cancel_tx, cancel) = tokio::sync::watch::channel(false);
     let ctl = RunCtl {
-        counting: TokenCounting::Auto,
+        counting: tokentrace_wire::Counting::Auto,
         stall_timeout,
         cancel,
         first_token: None,
@@ -336,24 +341,11 @@ async fn probe_stream(
         }
         records
     };
-    let (records, ()) = tokio::join!(collect, async move {
+    let (records, ran) = tokio::join!(collect, async move {
         let mut lane = Lane::new(transport.clone());
-        client::run(&mut lane, &spec, ctl, clock, &tx).await;
+        client::run(&mut lane, &spec, ctl, clock, &tx).await
     });
-    let (mut ids, mut usage_per_chunk) = (false, false);
-    let mut framer = SseFramer::new();
-    for r in &records {
-        if let Record::Read { bytes, .. } = r {
-            for ev in framer.push(bytes, 0).unwrap_or_default() {
-                let p = tokentrace_wire::event::parse(&ev);
-                if p.has_text() {
-                    ids |= p.token_ids.is_some();
-                    usage_per_chunk |= p.usage.is_some_and(|u| u.completion_tokens.is_some());
-                }
-            }
-        }
-    }
-    (records, ids, usage_per_chunk)
+    (records, ran.seen)
 }
 
 /// The longest request (prompt + output) the server accepts, in tokens, and where that

@@ -6,6 +6,7 @@
 use std::borrow::Cow;
 
 use serde_json::{Value, json};
+use tokentrace_schemas::manifest::TokenizeShape;
 use tokentrace_schemas::tables::Endpoint;
 
 use crate::control::{get_tokenize, post_json};
@@ -54,9 +55,9 @@ async fn count(
     model: &str,
     endpoint: Endpoint,
     text: &str,
-    llama: bool,
+    shape: TokenizeShape,
 ) -> Option<usize> {
-    if llama && endpoint == Endpoint::Chat {
+    if shape == TokenizeShape::LlamaCpp && endpoint == Endpoint::Chat {
         // llama.cpp counts the chat template too: render it (`/apply-template`), then
         // count the rendered prompt with its special tokens; without that endpoint, the
         // message alone.
@@ -74,10 +75,10 @@ async fn count(
             .map(|t| t.len());
         }
     }
-    let body = match (endpoint, llama) {
-        (_, true) => json!({"content": text, "add_special": false}),
-        (Endpoint::Completions, false) => json!({"model": model, "prompt": text}),
-        (Endpoint::Chat, false) => {
+    let body = match (endpoint, shape) {
+        (_, TokenizeShape::LlamaCpp) => json!({"content": text, "add_special": false}),
+        (Endpoint::Completions, TokenizeShape::Vllm) => json!({"model": model, "prompt": text}),
+        (Endpoint::Chat, TokenizeShape::Vllm) => {
             json!({"model": model, "messages": [{"role": "user", "content": text}]})
         }
     };
@@ -102,25 +103,21 @@ pub async fn build(
     base: &str,
     model: &str,
     endpoint: Endpoint,
-    tokenize: Option<&str>,
+    tokenize: Option<TokenizeShape>,
     n: u32,
     seed: Seed<'_>,
 ) -> Result<Prompt, PromptError> {
-    let llama = match tokenize {
-        Some("llama.cpp") => true,
-        Some(_) => false,
-        None => return Err(PromptError::NoTokenizer),
-    };
+    let shape = tokenize.ok_or(PromptError::NoTokenizer)?;
     let want = n as usize;
     match endpoint {
         Endpoint::Completions => {
             // Enough words to exceed n, then cut the ids at n: exact by construction.
             let mut words = want.max(8);
             loop {
-                let body = if llama {
-                    json!({"content": filler(words, seed.context, seed.nonce), "add_special": false})
-                } else {
-                    json!({"model": model, "prompt": filler(words, seed.context, seed.nonce)})
+                let text = filler(words, seed.context, seed.nonce);
+                let body = match shape {
+                    TokenizeShape::LlamaCpp => json!({"content": text, "add_special": false}),
+                    TokenizeShape::Vllm => json!({"model": model, "prompt": text}),
                 };
                 let ids = get_tokenize(client, base, &body)
                     .await
@@ -137,7 +134,7 @@ pub async fn build(
         Endpoint::Chat => {
             let fill = |words: usize| filler(words, seed.context, seed.nonce);
             let tokens = async |text: &str| {
-                count(client, base, model, endpoint, text, llama)
+                count(client, base, model, endpoint, text, shape)
                     .await
                     .ok_or(PromptError::NoTokenizer)
             };

@@ -316,7 +316,7 @@ impl Plans {
                     &opts.target,
                     &m.model,
                     m.config.endpoint,
-                    m.capabilities.tokenize.as_deref(),
+                    m.capabilities.tokenize,
                     key.context,
                     prompt::Seed {
                         context: u64::from(key.context),
@@ -384,7 +384,7 @@ async fn replay_pool(
         target,
         &manifest.model,
         Endpoint::Completions,
-        manifest.capabilities.tokenize.as_deref(),
+        manifest.capabilities.tokenize,
         REPLAY_POOL_TOKENS,
         prompt::Seed {
             context: u64::from(REPLAY_POOL_TOKENS),

@@ -8,8 +8,8 @@ use std::time::Duration;
 
 use tokentrace_schemas::clock::RunClock;
 use tokentrace_schemas::manifest::{
-    BurstConfig, CellEntry, CellStatus, Fact, Manifest, PrefillMode, RateConfig, RunConfig, Target,
-    ToolInfo, fact,
+    BurstConfig, CellEntry, CellStatus, Described, Fact, Manifest, PrefillMode, RateConfig,
+    RunConfig, Target, TokenCounting, ToolInfo, fact,
 };
 use tokentrace_schemas::redact::{redact_command, redact_url};
 use tokentrace_schemas::tables::Endpoint;
@@ -548,9 +548,7 @@ fn server_line(info: &ServerInfo) -> String {
         },
         info.capabilities
             .token_counting
-            .as_deref()
-            .and_then(tokentrace_wire::TokenCounting::from_name)
-            .map_or("unknown", tokentrace_wire::TokenCounting::describe),
+            .map_or("unknown", TokenCounting::describe),
     )
 }
 
@@ -634,7 +632,11 @@ fn new_manifest(
 ) -> Manifest {
     let mut engine = info.engine.clone();
     for (k, v) in &opts.describe {
-        engine.details.insert(format!("describe.{k}"), v.clone());
+        if Described::of(k) == Described::Detail {
+            engine
+                .details
+                .insert(format!("{}{k}", Described::DETAIL_PREFIX), v.clone());
+        }
     }
     let ns = |d: Duration| i64::try_from(d.as_nanos()).unwrap_or(i64::MAX);
     Manifest {
@@ -651,7 +653,7 @@ fn new_manifest(
         hardware: opts
             .describe
             .iter()
-            .find(|(k, _)| k == "hardware")
+            .find(|(k, _)| Described::of(k) == Described::Hardware)
             .map(|(_, v)| v.clone()),
         launch_command: opts.launch_command.as_deref().map(redact_command),
         facts,

@@ -214,6 +214,12 @@ pub fn enum_values<E: StrEnum>() -> String {
         .join(", ")
 }
 
+/// Parses a command-line value of a [`StrEnum`] (a clap `value_parser`), naming the
+/// values it takes when it is none of them.
+pub fn parse_arg<E: StrEnum>(s: &str) -> Result<E, String> {
+    E::parse(s.trim()).ok_or_else(|| format!("`{s}`: expected one of {}", enum_values::<E>()))
+}
+
 #[doc(hidden)]
 pub fn enum_to_array<E: StrEnum>(values: impl Iterator<Item = Option<E>>) -> ArrayRef {
     Arc::new(StringArray::from_iter(values.map(|v| v.map(E::as_str))))

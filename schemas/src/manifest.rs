@@ -75,16 +75,95 @@ pub struct ServerCapabilities {
     pub return_token_ids: Option<bool>,
     /// `GET /metrics` answered with Prometheus text.
     pub metrics: Option<bool>,
-    /// Which tokenize API shape worked (`vllm`, `llama.cpp`), if any.
-    pub tokenize: Option<String>,
+    /// Which tokenize API shape worked, if any.
+    pub tokenize: Option<TokenizeShape>,
     /// The server's maximum context (prompt + output) of one request, in tokens.
     pub max_model_len: Option<u32>,
     /// Where `max_model_len` came from (`max_model_len`, `llama.cpp per-slot n_ctx`,
     /// `TGI max_total_tokens`, `llama.cpp n_ctx_train`); absent in older runs.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_model_len_source: Option<String>,
-    /// How `chunks.tokens` was obtained: `usage`, `token_ids` or `one_per_chunk`.
-    pub token_counting: Option<String>,
+    /// How `chunks.tokens` was obtained.
+    pub token_counting: Option<TokenCounting>,
+}
+
+/// Where a `--describe KEY=VALUE` pair is kept in the manifest: each key has one home,
+/// decided here for the recorder that writes it and the analyzer that reads it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Described {
+    /// `hardware`: the manifest's `hardware` line.
+    Hardware,
+    /// `host.*`, `gpu.*`, `engine.*`: the fact of that key (source `--describe`), in
+    /// place of what the recorder found.
+    Fact,
+    /// Any other key: `engine.details["describe.KEY"]`, shown with the hardware.
+    Detail,
+}
+
+impl Described {
+    /// The prefix of a described detail's key in `engine.details`.
+    pub const DETAIL_PREFIX: &'static str = "describe.";
+
+    /// Where `key` is kept.
+    pub fn of(key: &str) -> Described {
+        if key == "hardware" {
+            Described::Hardware
+        } else if ["host.", "gpu.", "engine."]
+            .iter()
+            .any(|p| key.starts_with(p))
+        {
+            Described::Fact
+        } else {
+            Described::Detail
+        }
+    }
+
+    /// The `--describe` key of an `engine.details` key that holds a described detail
+    /// (older runs kept every described key there: only details count).
+    pub fn detail_key(details_key: &str) -> Option<&str> {
+        details_key
+            .strip_prefix(Self::DETAIL_PREFIX)
+            .filter(|k| Self::of(k) == Described::Detail)
+    }
+}
+
+str_enum! {
+    /// How a run's `chunks.tokens` were counted, chosen by the probe from what the
+    /// server's stream carries.
+    pub enum TokenCounting {
+        /// `choices[0].token_ids` lengths.
+        TokenIds = "token_ids",
+        /// Increases of cumulative `usage.completion_tokens` (continuous usage stats).
+        Usage = "usage",
+        /// One token per event with text; the final usage, when sent, settles the rest on
+        /// the finishing event (the EOS of a `stop` stream streams no text but counts).
+        OnePerChunk = "one_per_chunk",
+    }
+}
+
+impl TokenCounting {
+    /// The policy in words, for people.
+    pub fn describe(self) -> &'static str {
+        match self {
+            TokenCounting::TokenIds => "the token ids each streamed event carries",
+            TokenCounting::Usage => {
+                "the increase of the server's cumulative usage in each streamed event"
+            }
+            TokenCounting::OnePerChunk => {
+                "one token per streamed event; the server's final usage settles the rest"
+            }
+        }
+    }
+}
+
+str_enum! {
+    /// The shape of `/tokenize` a server answers.
+    pub enum TokenizeShape {
+        /// vLLM's and SGLang's: `POST /tokenize {"model", "prompt"}` → `{"tokens"}`.
+        Vllm = "vllm",
+        /// llama.cpp's: `POST /tokenize {"content"}` → `{"tokens"}`.
+        LlamaCpp = "llama.cpp",
+    }
 }
 
 /// How the run was configured (the recorder's settings, after defaults).
@@ -360,9 +439,9 @@ pub struct Reparsed {
     /// That folder's `run_id` (the same recording: this run keeps it).
     pub from_run_id: String,
     /// The token-counting policy the original recorded.
-    pub recorded_token_counting: Option<String>,
+    pub recorded_token_counting: Option<TokenCounting>,
     /// The policy applied here (also in `capabilities.token_counting`).
-    pub token_counting: String,
+    pub token_counting: TokenCounting,
     /// The tool that reparsed it.
     pub tool: ToolInfo,
 }

@@ -130,18 +130,6 @@ pub const CLIENT_LAG_METRIC: &str = "tokentrace:client_lag_seconds";
 /// The CPU time the recorder's process has used so far (a counter, in seconds).
 pub const CLIENT_CPU_METRIC: &str = "tokentrace:process_cpu_seconds_total";
 
-/// A manifest's `capabilities.token_counting` in words, for people.
-pub fn describe_token_counting(name: &str) -> &'static str {
-    match name {
-        "token_ids" => "the token ids each streamed event carries",
-        "usage" => "the increase of the server's cumulative usage in each streamed event",
-        "one_per_chunk" => {
-            "one token per streamed event; the server's final usage settles the rest"
-        }
-        _ => "unknown",
-    }
-}
-
 /// The summaries of [`CLIENT_LAG_METRIC`], by its `stat` label.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum LagStat {

@@ -527,7 +527,7 @@ pub fn manifest(run_id: &str, cells: &[CellKey]) -> Manifest {
         facts: Vec::new(),
         capabilities: ServerCapabilities {
             continuous_usage_stats: Some(true),
-            token_counting: Some("usage".to_string()),
+            token_counting: Some(tokentrace_schemas::manifest::TokenCounting::Usage),
             ..Default::default()
         },
         config: RunConfig {

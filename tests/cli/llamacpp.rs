@@ -179,7 +179,10 @@ async fn a_real_llama_cpp_server_is_recorded_and_analyzed() {
         );
         assert_eq!(manifest.engine.name.as_deref(), Some("llama.cpp"));
         assert_eq!(manifest.capabilities.metrics, Some(true));
-        assert_eq!(manifest.capabilities.tokenize.as_deref(), Some("llama.cpp"));
+        assert_eq!(
+            manifest.capabilities.tokenize,
+            Some(tokentrace_schemas::manifest::TokenizeShape::LlamaCpp)
+        );
         // Facts from llama.cpp's own /props: its build, the model's quantization, slots.
         let found = |k: &str| {
             manifest

@@ -11,7 +11,7 @@ use clap::Parser;
 use tokentrace::{Cli, run};
 use tokentrace_recorder::runner;
 use tokentrace_schemas::layout::list_cells;
-use tokentrace_schemas::manifest::Manifest;
+use tokentrace_schemas::manifest::{Manifest, TokenCounting};
 use tokentrace_schemas::reader::read_table;
 use tokentrace_schemas::tables::{ChunkKind, ChunkRow, Chunks, RequestRow, Requests};
 use tokentrace_sim::{Profile, SimServer};
@@ -112,8 +112,8 @@ fn golden_runs_reparse_row_for_row_and_report_byte_for_byte() {
         let m = Manifest::read(&out).expect("manifest");
         let r = m.reparsed.expect("the manifest says it was reparsed");
         assert_eq!(r.from_run_id, m.run_id);
-        assert_eq!(r.token_counting, "token_ids");
-        assert_eq!(r.recorded_token_counting.as_deref(), Some("token_ids"));
+        assert_eq!(r.token_counting, TokenCounting::TokenIds);
+        assert_eq!(r.recorded_token_counting, Some(TokenCounting::TokenIds));
         // A second reparse refuses to overwrite.
         assert!(
             reparse_cmd(&golden(name), &out, None).is_err(),
@@ -214,8 +214,8 @@ async fn a_faulty_speculative_run_reparses_as_recorded_and_under_other_policies(
     }
     let m = Manifest::read(&dir.path().join("one")).expect("manifest");
     assert_eq!(
-        m.capabilities.token_counting.as_deref(),
-        Some("one_per_chunk")
+        m.capabilities.token_counting,
+        Some(TokenCounting::OnePerChunk)
     );
 }
 

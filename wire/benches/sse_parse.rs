@@ -5,10 +5,11 @@
 
 use divan::counter::{BytesCount, ItemsCount};
 use divan::{Bencher, black_box};
+use tokentrace_schemas::manifest::TokenCounting;
 use tokentrace_schemas::tables::{Endpoint, RequestRow, Role};
 use tokentrace_wire::event::parse;
 use tokentrace_wire::sse::SseFramer;
-use tokentrace_wire::{Assembler, End, TokenCounting};
+use tokentrace_wire::{Assembler, End};
 
 fn stream(name: &str, events: usize) -> (Vec<u8>, usize) {
     let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))

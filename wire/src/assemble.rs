@@ -5,6 +5,7 @@
 
 use std::borrow::Cow;
 
+use tokentrace_schemas::manifest::TokenCounting;
 use tokentrace_schemas::tables::{ChunkKind, ChunkRow, EndReason, RequestRow};
 
 use crate::event::{Parsed, parse};
@@ -13,45 +14,19 @@ use crate::sse::{EventTooLong, SseFramer};
 /// Longest error body kept from a non-2xx response.
 pub const MAX_ERROR_BODY: usize = 64 * 1024;
 
-/// How chunk token counts are obtained (see the manifest's `token_counting`).
+/// How the assembler counts a stream's tokens: by a run's recorded policy, or `Auto`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum TokenCounting {
-    /// `choices[0].token_ids` lengths.
-    TokenIds,
-    /// Increases of cumulative `usage.completion_tokens` (continuous usage stats).
-    Usage,
-    /// One token per event with text; the final usage, when sent, settles the rest on
-    /// the finishing event (the EOS of a `stop` stream streams no text but counts).
-    OnePerChunk,
+pub enum Counting {
+    /// The policy the probe chose (the manifest's `capabilities.token_counting`).
+    Policy(TokenCounting),
     /// Per event, whatever it carries: token ids, else continuous usage, else one per
     /// text event. For streams whose server was not probed yet (the probe itself).
     Auto,
 }
 
-impl TokenCounting {
-    /// The name `manifest.json` → `capabilities.token_counting` uses (`Auto` is recorded
-    /// as `one_per_chunk`, its fallback).
-    pub fn as_str(self) -> &'static str {
-        match self {
-            TokenCounting::TokenIds => "token_ids",
-            TokenCounting::Usage => "usage",
-            TokenCounting::OnePerChunk | TokenCounting::Auto => "one_per_chunk",
-        }
-    }
-
-    /// The policy in words, for people.
-    pub fn describe(self) -> &'static str {
-        tokentrace_schemas::protocol::describe_token_counting(self.as_str())
-    }
-
-    /// The policy a manifest name stands for.
-    pub fn from_name(name: &str) -> Option<TokenCounting> {
-        match name {
-            "token_ids" => Some(TokenCounting::TokenIds),
-            "usage" => Some(TokenCounting::Usage),
-            "one_per_chunk" => Some(TokenCounting::OnePerChunk),
-            _ => None,
-        }
+impl From<TokenCounting> for Counting {
+    fn from(policy: TokenCounting) -> Self {
+        Counting::Policy(policy)
     }
 }
 
@@ -70,10 +45,22 @@ pub enum End {
     Failed(String),
 }
 
+/// What a stream's text events carried, as the assembler saw them: what the probe
+/// learns a server's streams hold.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Seen {
+    /// Token ids (`choices[0].token_ids`).
+    pub token_ids: bool,
+    /// Cumulative usage (continuous usage stats).
+    pub continuous_usage: bool,
+    /// A reasoning channel (`reasoning_content` or `reasoning`).
+    pub reasoning: bool,
+}
+
 /// One request's stream being assembled.
 #[derive(Debug)]
 pub struct Assembler {
-    counting: TokenCounting,
+    counting: Counting,
     framer: SseFramer,
     row: RequestRow,
     seq: i32,
@@ -81,8 +68,8 @@ pub struct Assembler {
     last_cumulative: i32,
     /// Tokens attributed to chunks so far.
     attributed: i32,
-    /// Cumulative usage came with text events (continuous usage stats).
-    continuous: bool,
+    /// What the text events carried; `seen.continuous_usage` decides `Auto` counting.
+    seen: Seen,
     /// The last data row, held back so a later usage chunk can settle its tokens.
     pending: Option<ChunkRow>,
     /// The body of a non-2xx response, up to [`MAX_ERROR_BODY`] bytes.
@@ -94,9 +81,9 @@ impl Assembler {
     /// connection). The fields the stream determines (usage, first chunk and token
     /// times, finish, status, error, end) are cleared here and set from the reads on, so
     /// a recorded row can be given as it is (`reparse`).
-    pub fn new(counting: TokenCounting, row: RequestRow) -> Self {
+    pub fn new(counting: impl Into<Counting>, row: RequestRow) -> Self {
         Assembler {
-            counting,
+            counting: counting.into(),
             framer: SseFramer::new(),
             row: RequestRow {
                 prompt_tokens_server: None,
@@ -115,7 +102,7 @@ impl Assembler {
             seq: 0,
             last_cumulative: 0,
             attributed: 0,
-            continuous: false,
+            seen: Seen::default(),
             pending: None,
             error_body: None,
         }
@@ -202,11 +189,13 @@ impl Assembler {
         // A final usage chunk: no text, no finish reason, only usage.
         let is_usage_only =
             kind == ChunkKind::Data && !has_text && p.finish_reason.is_none() && p.usage.is_some();
-        if has_text && cumulative.is_some() {
-            self.continuous = true;
+        if has_text {
+            self.seen.token_ids |= p.token_ids.is_some();
+            self.seen.continuous_usage |= cumulative.is_some();
+            self.seen.reasoning |= p.reasoning.is_some();
         }
         let tokens = match self.counting {
-            TokenCounting::TokenIds => {
+            Counting::Policy(TokenCounting::TokenIds) => {
                 p.token_ids
                     .or(if kind == ChunkKind::Data && p.usage.is_none() {
                         Some(0)
@@ -214,11 +203,13 @@ impl Assembler {
                         None
                     })
             }
-            TokenCounting::Usage => cumulative.map(|c| c - self.last_cumulative),
-            TokenCounting::OnePerChunk => (kind == ChunkKind::Data).then(|| i32::from(has_text)),
-            TokenCounting::Auto => match (p.token_ids, cumulative) {
+            Counting::Policy(TokenCounting::Usage) => cumulative.map(|c| c - self.last_cumulative),
+            Counting::Policy(TokenCounting::OnePerChunk) => {
+                (kind == ChunkKind::Data).then(|| i32::from(has_text))
+            }
+            Counting::Auto => match (p.token_ids, cumulative) {
                 (Some(n), _) => Some(n),
-                (None, Some(c)) if self.continuous => Some(c - self.last_cumulative),
+                (None, Some(c)) if self.seen.continuous_usage => Some(c - self.last_cumulative),
                 _ => (kind == ChunkKind::Data).then(|| i32::from(has_text)),
             },
         };
@@ -226,7 +217,7 @@ impl Assembler {
         // of a `stop` stream) on the held-back finishing row.
         if matches!(
             self.counting,
-            TokenCounting::OnePerChunk | TokenCounting::Auto
+            Counting::Policy(TokenCounting::OnePerChunk) | Counting::Auto
         ) && is_usage_only
             && let (Some(total), Some(pending)) = (cumulative, self.pending.as_mut())
             && total > self.attributed
@@ -278,6 +269,11 @@ impl Assembler {
         } else {
             out.push(row);
         }
+    }
+
+    /// What the stream's text events carried so far.
+    pub fn seen(&self) -> Seen {
+        self.seen
     }
 
     /// Ends the request: the held-back row goes to `out`, and the row gets its end time

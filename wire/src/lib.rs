@@ -8,4 +8,4 @@ pub mod event;
 pub mod sse;
 pub mod workload;
 
-pub use assemble::{Assembler, End, MAX_ERROR_BODY, TokenCounting};
+pub use assemble::{Assembler, Counting, End, MAX_ERROR_BODY, Seen};

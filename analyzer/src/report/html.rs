@@ -6,6 +6,7 @@
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
+use tokentrace_schemas::column::StrEnum;
 use tokentrace_schemas::layout::{CellKey, Phase};
 
 use super::model::{
@@ -367,7 +368,7 @@ pub(super) fn html(s: &Scoring, traces: &BTreeMap<CellKey, CellTrace>) -> String
         let _ = write!(
             o,
             "<tr data-phase=\"{}\" data-context=\"{}\" data-concurrency=\"{}\">",
-            phase_name(cell.phase),
+            cell.phase.as_str(),
             cell.context,
             cell.concurrency
         );
@@ -417,16 +418,6 @@ pub(super) fn html(s: &Scoring, traces: &BTreeMap<CellKey, CellTrace>) -> String
         UPLOT_LICENSE.replace("*/", "* /")
     );
     o
-}
-
-fn phase_name(p: Phase) -> &'static str {
-    match p {
-        Phase::Prefill => "prefill",
-        Phase::Decode => "decode",
-        Phase::Burst => "burst",
-        Phase::Rate => "rate",
-        Phase::Replay => "replay",
-    }
 }
 
 fn table(o: &mut String, id: &str, t: &super::model::Table) {

@@ -8,6 +8,7 @@ use std::fmt::Write as _;
 
 use tokentrace_schemas::column::StrEnum;
 use tokentrace_schemas::layout::{Phase, Rate};
+use tokentrace_schemas::manifest::{Described, PrefillMode, TokenCounting};
 
 use crate::contract::{
     CAPACITY_ABOVE, CellScore, ColdRequest, Evidence, Figures, LoopEvidence, Scoring, Verdict,
@@ -224,13 +225,8 @@ fn hardware_facts(s: &Scoring) -> (Vec<(String, String)>, Option<String>) {
             hardware.push(fact(label, v.to_string()));
         }
     }
-    for (k, v) in r
-        .engine_details
-        .iter()
-        .filter(|(k, _)| k.starts_with("describe."))
-    {
-        let k = k.trim_start_matches("describe.");
-        if k != "hardware" {
+    for (k, v) in &r.engine_details {
+        if let Some(k) = Described::detail_key(k) {
             hardware.push(fact(k, v.clone()));
         }
     }
@@ -258,7 +254,7 @@ fn engine_facts(s: &Scoring) -> Vec<(String, String)> {
     for (k, v) in r
         .engine_details
         .iter()
-        .filter(|(k, v)| !k.starts_with("describe.") && !repeats(k, v))
+        .filter(|(k, v)| !k.starts_with(Described::DETAIL_PREFIX) && !repeats(k, v))
     {
         engine_facts.push(fact(k, v.clone()));
     }
@@ -276,36 +272,51 @@ fn engine_facts(s: &Scoring) -> Vec<(String, String)> {
 /// were counted; with the matrix's settings when the run has matrix cells.
 fn run_facts(s: &Scoring) -> Vec<(String, String)> {
     let r = &s.run;
-    let run = vec![
+    let has = |p: Phase| s.cells.iter().any(|c| c.phase == p);
+    let mut run = vec![
         fact("Run", r.run_id.clone()),
         fact("Started", r.started_utc.clone()),
         fact("Served model", r.model.clone()),
         fact("Target", r.target.clone()),
-        fact("Endpoint", r.endpoint.clone()),
+        fact("Endpoint", r.endpoint.to_string()),
         fact("Benchmark tool", r.recorded_by.clone()),
-        fact(
-            "Decode test",
-            {
-                let has = |p: Phase| s.cells.iter().any(|c| c.phase == p);
-                let mut tests = Vec::new();
-                if has(Phase::Decode) || has(Phase::Prefill) {
-                    tests.push("Fixed duration".to_string());
-                }
-                if has(Phase::Burst) {
-                    tests.push("Burst / E2E (request count)".to_string());
-                }
-                if has(Phase::Rate) {
-                    tests.push("Open-loop request rate".to_string());
-                }
-                if has(Phase::Replay) {
-                    tests.push("Replay (open loop)".to_string());
-                }
-                if tests.is_empty() {
-                    tests.push("Fixed duration".to_string());
-                }
-                tests.join(", ")
-            },
-        ),
+        fact("Decode test", {
+            let mut tests = Vec::new();
+            if has(Phase::Decode) || has(Phase::Prefill) {
+                tests.push("Fixed duration".to_string());
+            }
+            if has(Phase::Burst) {
+                tests.push("Burst / E2E (request count)".to_string());
+            }
+            if has(Phase::Rate) {
+                tests.push("Open-loop request rate".to_string());
+            }
+            if has(Phase::Replay) {
+                tests.push("Replay (open loop)".to_string());
+            }
+            if tests.is_empty() {
+                tests.push("Fixed duration".to_string());
+            }
+            tests.join(", ")
+        }),
+    ];
+    // The matrix's settings, when the run has matrix cells (prefill and decode).
+    if has(Phase::Prefill) || has(Phase::Decode) {
+        run.push(fact(
+            "Prefill mode",
+            if r.prefill_mode == PrefillMode::Warmup {
+                "Measured during decode warm-up"
+            } else {
+                "Cold scout request per context"
+            }
+            .to_string(),
+        ));
+        run.push(fact(
+            "Time per measurement",
+            format!("{} s", fixed(r.window_s, 1)),
+        ));
+    }
+    run.extend([
         fact(
             "Max output",
             format!("{} tokens", thousands(i64::from(r.max_tokens))),
@@ -314,8 +325,7 @@ fn run_facts(s: &Scoring) -> Vec<(String, String)> {
         fact(
             "Tokens recorded as",
             r.token_counting
-                .as_deref()
-                .map_or("unknown", tokentrace_schemas::protocol::describe_token_counting)
+                .map_or("unknown", TokenCounting::describe)
                 .to_string(),
         ),
         fact(
@@ -336,36 +346,7 @@ fn run_facts(s: &Scoring) -> Vec<(String, String)> {
                 None => "not probed".to_string(),
             },
         ),
-    ];
-    // The matrix's settings, when the run has matrix cells (prefill and decode).
-    let mut run = run;
-    if s.cells
-        .iter()
-        .any(|c| matches!(c.phase, Phase::Prefill | Phase::Decode))
-    {
-        let at = run
-            .iter()
-            .position(|(k, _)| k == "Decode test")
-            .map_or(run.len(), |i| i + 1);
-        run.splice(
-            at..at,
-            [
-                fact(
-                    "Prefill mode",
-                    if r.prefill_mode == "warmup" {
-                        "Measured during decode warm-up"
-                    } else {
-                        "Cold scout request per context"
-                    }
-                    .to_string(),
-                ),
-                fact(
-                    "Time per measurement",
-                    format!("{} s", fixed(r.window_s, 1)),
-                ),
-            ],
-        );
-    }
+    ]);
     run
 }
 
@@ -482,7 +463,7 @@ pub(crate) fn matrix_footer(s: &Scoring) -> Vec<String> {
     }
     if s.cells.iter().any(|c| c.phase == Phase::Prefill) {
         footer.push(
-            if s.run.prefill_mode == "warmup" {
+            if s.run.prefill_mode == PrefillMode::Warmup {
                 "TTFT is measured after the warm-up filled the server's prompt cache, so it mostly excludes prefill."
             } else {
                 "TTFT is measured after the prefill scout warmed the server's prompt cache, so it mostly excludes prefill."

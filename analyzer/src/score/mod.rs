@@ -12,7 +12,6 @@ mod warnings;
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use tokentrace_schemas::column::StrEnum;
 use tokentrace_schemas::layout::{CellKey, Phase};
 use tokentrace_schemas::manifest::{CellStatus, PrefillMode};
 
@@ -153,13 +152,13 @@ pub fn score_loaded(run: &Run, rules: &RuleSet) -> Result<(Scoring, load::Loaded
             hardware: m.hardware.clone(),
             launch_command: m.launch_command.clone(),
             target: m.target.url.clone(),
-            endpoint: m.config.endpoint.as_str().to_string(),
+            endpoint: m.config.endpoint,
             window_s: m.config.window_ns as f64 / 1e9,
             max_tokens: m.config.max_tokens,
             ignore_eos: m.config.ignore_eos,
-            token_counting: m.capabilities.token_counting.clone(),
+            token_counting: m.capabilities.token_counting,
             server_metrics: m.capabilities.metrics,
-            prefill_mode: prefill_mode.as_str().to_string(),
+            prefill_mode,
             facts: m.facts.clone(),
             gpu_telemetry: !loaded.gpu.is_empty(),
             burst_requests: m.config.burst.as_ref().map(|b| b.requests),

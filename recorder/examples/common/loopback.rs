@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use tokentrace_recorder::cell::RunCtx;
-use tokentrace_recorder::client::TokenCounting;
+use tokentrace_recorder::schemas::manifest::TokenCounting;
 use tokentrace_schemas::clock::RunClock;
 use tokentrace_schemas::tables::Endpoint;
 

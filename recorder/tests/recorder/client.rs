@@ -7,10 +7,11 @@ use std::time::Duration;
 use serde_json::json;
 use std::sync::Arc;
 
-use tokentrace_recorder::client::{self, Lane, TokenCounting};
+use tokentrace_recorder::client::{self, Lane};
 use tokentrace_recorder::http::Transport;
 use tokentrace_recorder::queue::Record;
 use tokentrace_recorder::request::RequestSpec;
+use tokentrace_recorder::schemas::manifest::TokenCounting;
 use tokentrace_schemas::clock::RunClock;
 use tokentrace_schemas::tables::{ChunkKind, ChunkRow, EndReason, Endpoint, RequestRow, Role};
 use tokentrace_sim::keepalive::{CloseStyle, KeepAlive};
@@ -91,7 +92,7 @@ async fn record_on(
         std::mem::forget(cancel_tx);
     }
     let ctl = client::RunCtl {
-        counting,
+        counting: counting.into(),
         stall_timeout: stall,
         cancel: cancel_rx,
         first_token: None,

@@ -1,7 +1,9 @@
 //! A request's body reads into `chunks` rows and `requests` fields.
 
+use tokentrace_schemas::column::StrEnum;
+use tokentrace_schemas::manifest::TokenCounting;
 use tokentrace_schemas::tables::{ChunkKind, ChunkRow, EndReason, Endpoint, RequestRow, Role};
-use tokentrace_wire::{Assembler, End, MAX_ERROR_BODY, TokenCounting};
+use tokentrace_wire::{Assembler, Counting, End, MAX_ERROR_BODY, Seen};
 
 use crate::fixture;
 
@@ -20,7 +22,7 @@ fn row() -> RequestRow {
 fn assemble(
     bytes: &[u8],
     piece: usize,
-    counting: TokenCounting,
+    counting: impl Into<Counting>,
     status: u16,
     end: End,
 ) -> (Vec<ChunkRow>, RequestRow) {
@@ -81,9 +83,9 @@ fn llamacpp_chat_counted_one_per_chunk_matches_usage() {
 fn simulator_stream_under_each_policy() {
     let bytes = fixture("sim-completions-usage-ids.sse");
     for counting in [
-        TokenCounting::TokenIds,
-        TokenCounting::Usage,
-        TokenCounting::Auto,
+        Counting::Policy(TokenCounting::TokenIds),
+        Counting::Policy(TokenCounting::Usage),
+        Counting::Auto,
     ] {
         let (rows, req) = assemble(&bytes, 64, counting, 200, End::Clean);
         assert_eq!(tokens(&rows), 8, "{counting:?}");
@@ -234,7 +236,31 @@ fn policy_names_round_trip() {
         TokenCounting::Usage,
         TokenCounting::OnePerChunk,
     ] {
-        assert_eq!(TokenCounting::from_name(c.as_str()), Some(c));
+        assert_eq!(TokenCounting::parse(c.as_str()), Some(c));
+        assert_ne!(c.describe(), "");
     }
-    assert_eq!(TokenCounting::from_name("bytes"), None);
+    assert_eq!(TokenCounting::parse("bytes"), None);
+}
+
+#[test]
+fn the_assembler_reports_what_text_events_carried() {
+    let seen = |name: &str| {
+        let bytes = fixture(name);
+        let mut a = Assembler::new(Counting::Auto, row());
+        a.status(200);
+        let mut out = Vec::new();
+        a.read(100, &bytes, &mut || 1, &mut out).expect("read");
+        a.seen()
+    };
+    assert_eq!(
+        seen("sim-completions-usage-ids.sse"),
+        Seen {
+            token_ids: true,
+            continuous_usage: true,
+            reasoning: false
+        }
+    );
+    assert_eq!(seen("llamacpp-completions.sse"), Seen::default());
+    let reasoning = seen("sim-chat-reasoning.sse");
+    assert!(reasoning.reasoning, "{reasoning:?}");
 }

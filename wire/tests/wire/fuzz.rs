@@ -8,9 +8,10 @@
 use std::borrow::Cow;
 
 use proptest::prelude::*;
+use tokentrace_schemas::manifest::TokenCounting;
 use tokentrace_schemas::tables::{ChunkRow, Endpoint, RequestRow, Role};
 use tokentrace_wire::sse::{SseEvent, SseFramer};
-use tokentrace_wire::{Assembler, End, TokenCounting};
+use tokentrace_wire::{Assembler, Counting, End};
 
 use crate::fixture;
 
@@ -108,7 +109,7 @@ fn row() -> RequestRow {
 }
 
 /// Rows of `reads` with the times a split changes taken out.
-fn assemble(reads: &[Vec<u8>], counting: TokenCounting) -> (Vec<ChunkRow>, RequestRow) {
+fn assemble(reads: &[Vec<u8>], counting: Counting) -> (Vec<ChunkRow>, RequestRow) {
     let mut a = Assembler::new(counting, row());
     a.status(200);
     let mut out = Vec::new();
@@ -174,10 +175,10 @@ proptest! {
         bytes in stream(),
         cuts in prop::collection::vec(any::<prop::sample::Index>(), 0..12),
         counting in prop_oneof![
-            Just(TokenCounting::Auto),
-            Just(TokenCounting::Usage),
-            Just(TokenCounting::TokenIds),
-            Just(TokenCounting::OnePerChunk),
+            Just(Counting::Auto),
+            Just(Counting::Policy(TokenCounting::Usage)),
+            Just(Counting::Policy(TokenCounting::TokenIds)),
+            Just(Counting::Policy(TokenCounting::OnePerChunk)),
         ],
     ) {
         let whole = assemble(std::slice::from_ref(&bytes), counting);
