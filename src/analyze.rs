@@ -149,10 +149,13 @@ pub fn report(args: &ReportArgs) -> anyhow::Result<ExitCode> {
         // The page's drill-downs draw each cell's trace from the load the scoring used.
         let run = tokentrace_analyzer::Run::open(run_dir)
             .with_context(|| format!("cannot score {}", run_dir.display()))?;
-        let (s, loaded) = tokentrace_analyzer::score::score_loaded(&run, &rules)
-            .with_context(|| format!("cannot score {}", run_dir.display()))?;
-        let traces = tokentrace_analyzer::trace::traces_of(&run, &s, &loaded)
-            .with_context(|| format!("cannot trace {}", run_dir.display()))?;
+        let (s, loaded) = tokentrace_analyzer::score::score_loaded(
+            &run,
+            &rules,
+            tokentrace_analyzer::load::Loads::Traces,
+        )
+        .with_context(|| format!("cannot score {}", run_dir.display()))?;
+        let traces = tokentrace_analyzer::trace::traces_of(&s, &loaded);
         let text = tokentrace_analyzer::report::html_page(&s, &traces);
         (s, text)
     } else {

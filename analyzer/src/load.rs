@@ -128,6 +128,18 @@ pub struct Loaded {
     pub gpu: BTreeMap<CellKey, Vec<tokentrace_schemas::tables::GpuRow>>,
     /// Per replay cell: its workload's `replay` rows (request id order).
     pub replay: BTreeMap<CellKey, Vec<tokentrace_schemas::tables::ReplayRow>>,
+    /// Per decode cell: its token events in time order, (arrival ns, tokens); loaded
+    /// only for the HTML page's drill-down traces ([`Loads::Traces`]).
+    pub timelines: BTreeMap<CellKey, Vec<(i64, i64)>>,
+}
+
+/// What [`load`] reads beyond what scoring needs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Loads {
+    /// What scoring needs.
+    Scoring,
+    /// And the decode cells' token timelines, from the same read of the chunks.
+    Traces,
 }
 
 fn perr(run: &Run) -> impl Fn(PolarsError) -> Error + '_ {
@@ -206,10 +218,11 @@ fn bad_value(run: &Run, table: &str, what: String) -> Error {
     }
 }
 
-/// Reads what scoring needs from every complete cell of `run`; `series` are the metric
-/// names to keep (the engine preset's and the recorder's own).
-pub fn load(run: &Run, series: &[String]) -> Result<Loaded> {
-    guarded(run, || load_unguarded(run, series))
+/// Reads what scoring needs from every complete cell of `run` (and with
+/// [`Loads::Traces`], the token timelines); `series` are the metric names to keep (the
+/// engine preset's and the recorder's own).
+pub fn load(run: &Run, series: &[String], loads: Loads) -> Result<Loaded> {
+    guarded(run, || load_unguarded(run, series, loads))
 }
 
 /// Runs `f`, which reads the run's files through polars; a panic there (polars unwraps
@@ -224,7 +237,7 @@ pub fn guarded<R>(run: &Run, f: impl FnOnce() -> Result<R>) -> Result<R> {
     })
 }
 
-fn load_unguarded(run: &Run, series: &[String]) -> Result<Loaded> {
+fn load_unguarded(run: &Run, series: &[String], loads: Loads) -> Result<Loaded> {
     let mut out = Loaded::default();
     let Some(requests) = run.scan("requests")? else {
         return Ok(out);
@@ -238,7 +251,7 @@ fn load_unguarded(run: &Run, series: &[String]) -> Result<Loaded> {
     };
     load_events(run, events, &mut out)?;
     load_requests(run, requests, &mut out)?;
-    load_chunks(run, chunks, &mut out)?;
+    load_chunks(run, chunks, loads, &mut out)?;
     load_metrics(run, metrics, series, &mut out)?;
     load_gpu(run, &mut out)?;
     load_replay(run, &mut out)?;
@@ -515,7 +528,7 @@ fn usage_increases(c: &Cols) -> Result<(Vec<i64>, std::collections::HashSet<i64>
     Ok((out, continuous))
 }
 
-fn load_chunks(run: &Run, chunks: LazyFrame, out: &mut Loaded) -> Result<()> {
+fn load_chunks(run: &Run, chunks: LazyFrame, loads: Loads, out: &mut Loaded) -> Result<()> {
     let windows = windows(run, out)?;
     let with_window = chunks
         .select(keyed(
@@ -555,10 +568,37 @@ fn load_chunks(run: &Run, chunks: LazyFrame, out: &mut Loaded) -> Result<()> {
     with_window
         .with_column(Column::new("usage_tokens".into(), usage_tokens))
         .map_err(perr(run))?;
+    if loads == Loads::Traces {
+        timelines(run, &with_window, out)?;
+    }
     let with_window = with_window.lazy();
     token_aggregates(run, &with_window, &continuous, out)?;
     gaps_and_delays(run, &with_window, out)?;
     texts(run, with_window, out)
+}
+
+/// Per decode cell, its token events in time order: (arrival ns, tokens), from the
+/// chunks already in memory (each request's cell from the requests already loaded).
+fn timelines(run: &Run, chunks: &DataFrame, out: &mut Loaded) -> Result<()> {
+    let owner: BTreeMap<i64, CellKey> = out
+        .requests
+        .iter()
+        .filter(|(key, _)| key.phase == Phase::Decode)
+        .flat_map(|(_, rs)| rs.iter().map(|r| (r.request_id, r.key)))
+        .collect();
+    let c = Cols { df: chunks, run };
+    let (ids, arrival, tokens) = (c.i64("request_id")?, c.i64("arrival_ns")?, c.i64("tokens")?);
+    for ((id, at), t) in ids.into_iter().zip(arrival).zip(tokens) {
+        if let (Some(key), Some(at), Some(t)) = (id.and_then(|id| owner.get(&id)), at, t)
+            && t > 0
+        {
+            out.timelines.entry(*key).or_default().push((at, t));
+        }
+    }
+    for v in out.timelines.values_mut() {
+        v.sort_unstable();
+    }
+    Ok(())
 }
 
 /// Per request, its token aggregates (`TokenAgg`) from the chunks joined with their

@@ -5,13 +5,12 @@
 
 use std::collections::BTreeMap;
 
-use polars::prelude::*;
 use serde::Serialize;
 use tokentrace_schemas::column::StrEnum;
 use tokentrace_schemas::layout::{CellKey, Phase};
 use tokentrace_schemas::tables::Role;
 
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::load;
 use crate::rules::RuleSet;
 use crate::run::Run;
@@ -101,26 +100,24 @@ fn seconds(ns: i64, open: i64) -> f64 {
 
 /// Every decode cell's trace, for the cells with a window.
 pub fn traces(run: &Run, rules: &RuleSet) -> Result<BTreeMap<CellKey, CellTrace>> {
-    let (scoring, loaded) = crate::score::score_loaded(run, rules)?;
-    traces_of(run, &scoring, &loaded)
+    let (scoring, loaded) = crate::score::score_loaded(run, rules, load::Loads::Traces)?;
+    Ok(traces_of(&scoring, &loaded))
 }
 
 /// Every decode and replay cell's trace, from a run already loaded for its `scoring`
-/// (`score_loaded`).
+/// with its timelines (`score_loaded` with [`load::Loads::Traces`]).
 pub fn traces_of(
-    run: &Run,
     scoring: &crate::contract::Scoring,
     loaded: &load::Loaded,
-) -> Result<BTreeMap<CellKey, CellTrace>> {
+) -> BTreeMap<CellKey, CellTrace> {
     let preset = &scoring.metrics;
-    let timelines = load::guarded(run, || token_timelines(run))?;
     let mut out = BTreeMap::new();
     for (key, &(open, close)) in &loaded.windows {
         if !matches!(key.phase, Phase::Decode | Phase::Replay) {
             continue;
         }
         let replay = key.phase == Phase::Replay;
-        let events = timelines.get(key).map(Vec::as_slice).unwrap_or(&[]);
+        let events = loaded.timelines.get(key).map(Vec::as_slice).unwrap_or(&[]);
         let stride = events.len().div_ceil(MAX_POINTS).max(1);
         let mut times = Vec::new();
         let mut tokens = Vec::new();
@@ -219,60 +216,5 @@ pub fn traces_of(
             },
         );
     }
-    Ok(out)
-}
-
-/// Per decode cell, its token events in time order: (arrival ns, tokens).
-fn token_timelines(run: &Run) -> Result<BTreeMap<CellKey, Vec<(i64, i64)>>> {
-    let mut out: BTreeMap<CellKey, Vec<(i64, i64)>> = BTreeMap::new();
-    let Some(chunks) = run.scan("chunks")? else {
-        return Ok(out);
-    };
-    let perr = |source| Error::Polars {
-        path: run.dir.join(tokentrace_schemas::layout::CELLS_DIR),
-        source,
-    };
-    let df = chunks
-        .filter(
-            col("phase")
-                .eq(lit(Phase::Decode.as_str()))
-                .and(col("tokens").gt(lit(0))),
-        )
-        .select([
-            col("context").cast(DataType::Int64),
-            col("concurrency").cast(DataType::Int64),
-            col("arrival_ns").cast(DataType::Int64),
-            col("tokens").cast(DataType::Int64),
-        ])
-        .collect()
-        .map_err(perr)?;
-    let column = |name: &str| -> Result<Vec<Option<i64>>> {
-        Ok(df
-            .column(name)
-            .map_err(perr)?
-            .i64()
-            .map_err(perr)?
-            .iter()
-            .collect())
-    };
-    let (context, concurrency, arrival, tokens) = (
-        column("context")?,
-        column("concurrency")?,
-        column("arrival_ns")?,
-        column("tokens")?,
-    );
-    for i in 0..df.height() {
-        if let (Some(ctx), Some(n), Some(at), Some(t)) =
-            (context[i], concurrency[i], arrival[i], tokens[i])
-            && let (Ok(ctx), Ok(n)) = (u32::try_from(ctx), u32::try_from(n))
-        {
-            out.entry(CellKey::new(Phase::Decode, ctx, n))
-                .or_default()
-                .push((at, t));
-        }
-    }
-    for v in out.values_mut() {
-        v.sort_unstable();
-    }
-    Ok(out)
+    out
 }

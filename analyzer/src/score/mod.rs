@@ -34,12 +34,17 @@ pub fn score_dir(dir: &Path, rules: &RuleSet) -> Result<Scoring> {
 
 /// Scores an opened run under `rules`.
 pub fn score(run: &Run, rules: &RuleSet) -> Result<Scoring> {
-    score_loaded(run, rules).map(|(s, _)| s)
+    score_loaded(run, rules, load::Loads::Scoring).map(|(s, _)| s)
 }
 
 /// Scores an opened run under `rules`, and hands back what was loaded for it (the HTML
-/// page's drill-down traces are drawn from the same load).
-pub fn score_loaded(run: &Run, rules: &RuleSet) -> Result<(Scoring, load::Loaded)> {
+/// page's drill-down traces are drawn from the same load, `loads` of
+/// [`load::Loads::Traces`]).
+pub fn score_loaded(
+    run: &Run,
+    rules: &RuleSet,
+    loads: load::Loads,
+) -> Result<(Scoring, load::Loaded)> {
     let m = &run.manifest;
     let preset = rules
         .metrics
@@ -50,7 +55,7 @@ pub fn score_loaded(run: &Run, rules: &RuleSet) -> Result<(Scoring, load::Loaded
         })?;
     let mut series = preset.series();
     series.push(tokentrace_schemas::protocol::CLIENT_LAG_METRIC.to_string());
-    let loaded = load::load(run, &series)?;
+    let loaded = load::load(run, &series, loads)?;
 
     // Every cell the manifest lists, and any folder it does not.
     let mut cells: BTreeMap<CellKey, CellScore> = BTreeMap::new();
