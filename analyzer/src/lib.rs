@@ -2,7 +2,8 @@
 //! matrix under versioned rule sets: figures, verdicts with evidence, reports, diffs. It
 //! never talks to a server: the run folder is its only input.
 //!
-//! The map: [`run`] opens a folder and [`load`] reads its tables; [`rules`] and
+//! The map: [`run`] opens a folder and [`load`] reads its tables once (the HTML page's
+//! traces, [`trace`], come from the same read); [`rules`] and
 //! [`presets`] say how to judge; [`score()`] builds one view per cell and applies each
 //! rule; [`contract`] is the serialized result; [`figures`] is the one figure table that
 //! [`report`] (Markdown, CSV, JSON, HTML: one door, a format-free model and a writer per

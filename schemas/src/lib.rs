@@ -2,7 +2,9 @@
 //! the recorder (which writes it) and the analyzer (which reads it). See `FORMAT.md`
 //! next to this crate for every table, column, unit and null rule; [`protocol`] holds
 //! what the two agree on beyond the tables (engine gauges, the client-lag series, typed
-//! event details). Test data lives in the unpublished `tokentrace-testkit`.
+//! event details). [`manifest`] also holds the run's typed vocabulary (token counting,
+//! tokenize shape, prefill mode, where a `--describe` key lives), parsed once at the edge.
+//! Test data lives in the unpublished `tokentrace-testkit`.
 
 pub mod clock;
 pub mod column;

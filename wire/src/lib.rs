@@ -1,6 +1,7 @@
 //! tokentrace-wire: bytes -> rows, and nothing else. SSE framing, event parsing and the
-//! per-request chunk assembler, with no runtime and no I/O, so that the recorder (live)
-//! and `tokentrace reparse` (offline, from `raw.sse.zst`) share one parser; and the
+//! per-request chunk assembler (which also reports what a stream carried: token ids,
+//! usage, reasoning), with no runtime and no I/O, so that the recorder (live) and
+//! `tokentrace reparse` (offline, from `raw.sse.zst`) share one parser; and the
 //! production traces a replay reads (`workload`), checked row by row before a request.
 
 pub mod assemble;
