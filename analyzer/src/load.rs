@@ -2,7 +2,7 @@
 //! the small per-request and per-cell tables the rules need (request lifecycles, token
 //! aggregates, in-window gaps, gauge samples, lifecycle events, text for loop checks).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 
 use polars::prelude::*;
 use tokentrace_schemas::column::StrEnum;
@@ -489,25 +489,28 @@ fn nonempty(name: &str) -> Expr {
 /// Per chunk row (sorted by request, then seq): the increase of the request's cumulative
 /// `completion_tokens` over its last earlier value (0 where the row has none); and the
 /// requests whose every token-carrying row has the cumulative count.
-fn usage_increases(c: &Cols) -> Result<(Vec<i64>, std::collections::HashSet<i64>)> {
+fn usage_increases(
+    run: &Run,
+    df: &DataFrame,
+) -> Result<(Vec<i64>, std::collections::HashSet<i64>)> {
     let (ids, tokens, cumulative) = (
-        c.i64("request_id")?,
-        c.i64("tokens")?,
-        c.i64("completion_tokens")?,
+        int_column(run, df, "request_id")?,
+        int_column(run, df, "tokens")?,
+        int_column(run, df, "completion_tokens")?,
     );
     let mut out = Vec::with_capacity(ids.len());
     let mut continuous = std::collections::HashSet::new();
     let mut broken = std::collections::HashSet::new();
     let (mut current, mut last) = (None, 0i64);
-    for ((id, t), cum) in ids.iter().zip(&tokens).zip(&cumulative) {
-        if *id != current {
-            (current, last) = (*id, 0);
+    for ((id, t), cum) in ids.iter().zip(tokens.iter()).zip(cumulative.iter()) {
+        if id != current {
+            (current, last) = (id, 0);
         }
         let carries = t.unwrap_or(0) > 0;
         out.push(match cum {
             Some(v) => {
                 let up = (v - last).max(0);
-                last = last.max(*v);
+                last = last.max(v);
                 up
             }
             None => 0,
@@ -515,10 +518,10 @@ fn usage_increases(c: &Cols) -> Result<(Vec<i64>, std::collections::HashSet<i64>
         if let Some(id) = id {
             match (carries, cum) {
                 (true, None) => {
-                    broken.insert(*id);
+                    broken.insert(id);
                 }
                 (true, Some(_)) => {
-                    continuous.insert(*id);
+                    continuous.insert(id);
                 }
                 _ => {}
             }
@@ -542,6 +545,8 @@ fn load_chunks(run: &Run, chunks: LazyFrame, loads: Loads, out: &mut Loaded) -> 
                 col("completion_tokens").cast(DataType::Int64),
                 col("content"),
                 col("reasoning"),
+                nonempty("content").alias("has_content"),
+                nonempty("reasoning").alias("has_reasoning"),
             ],
         ))
         .join(
@@ -557,30 +562,37 @@ fn load_chunks(run: &Run, chunks: LazyFrame, loads: Loads, out: &mut Loaded) -> 
                 .fill_null(lit(false))
                 .alias("in_window"),
         )
+        // The cell keys and the window served the join: sorted and kept, only the rest.
+        .select([
+            col("request_id"),
+            col("seq"),
+            col("arrival_ns"),
+            col("queue_delay_ns"),
+            col("tokens"),
+            col("completion_tokens"),
+            col("content"),
+            col("reasoning"),
+            col("has_content"),
+            col("has_reasoning"),
+            col("in_window"),
+        ])
         .sort(["request_id", "seq"], SortMultipleOptions::default());
-    // Read, joined and sorted once; the four reductions below run on the frame in memory
-    // (a lazy plan would read and sort the files again for each).
-    let mut with_window = with_window.collect().map_err(perr(run))?;
-    let (usage_tokens, continuous) = usage_increases(&Cols {
-        df: &with_window,
-        run,
-    })?;
-    with_window
-        .with_column(Column::new("usage_tokens".into(), usage_tokens))
-        .map_err(perr(run))?;
+    // Read, joined and sorted once; the reductions below run on the frame in memory, in
+    // one pass each (a lazy plan would read and sort the files again for each, and a
+    // polars group-by of fourteen aggregations took a fifth of a report's time).
+    let with_window = with_window.collect().map_err(perr(run))?;
+    let (usage_tokens, continuous) = usage_increases(run, &with_window)?;
     if loads == Loads::Traces {
         timelines(run, &with_window, out)?;
     }
-    let with_window = with_window.lazy();
-    token_aggregates(run, &with_window, &continuous, out)?;
-    gaps_and_delays(run, &with_window, out)?;
-    texts(run, with_window, out)
+    aggregate(run, &with_window, &usage_tokens, &continuous, out)?;
+    texts(run, with_window.lazy(), out)
 }
 
 /// Per decode cell, its token events in time order: (arrival ns, tokens), from the
 /// chunks already in memory (each request's cell from the requests already loaded).
 fn timelines(run: &Run, chunks: &DataFrame, out: &mut Loaded) -> Result<()> {
-    let owner: BTreeMap<i64, CellKey> = out
+    let owner: HashMap<i64, CellKey> = out
         .requests
         .iter()
         .filter(|(key, _)| key.phase == Phase::Decode)
@@ -588,183 +600,194 @@ fn timelines(run: &Run, chunks: &DataFrame, out: &mut Loaded) -> Result<()> {
         .collect();
     let c = Cols { df: chunks, run };
     let (ids, arrival, tokens) = (c.i64("request_id")?, c.i64("arrival_ns")?, c.i64("tokens")?);
+    let mut found: HashMap<CellKey, Vec<(i64, i64)>> = HashMap::new();
     for ((id, at), t) in ids.into_iter().zip(arrival).zip(tokens) {
         if let (Some(key), Some(at), Some(t)) = (id.and_then(|id| owner.get(&id)), at, t)
             && t > 0
         {
-            out.timelines.entry(*key).or_default().push((at, t));
+            found.entry(*key).or_default().push((at, t));
         }
     }
-    for v in out.timelines.values_mut() {
+    for (key, mut v) in found {
         v.sort_unstable();
+        out.timelines.insert(key, v);
     }
     Ok(())
 }
 
-/// Per request, its token aggregates (`TokenAgg`) from the chunks joined with their
-/// cell's window; `continuous`: the requests whose every token event carried usage.
-fn token_aggregates(
+/// One column of a collected frame as 64-bit integers (cast where stored narrower).
+fn int_column(run: &Run, df: &DataFrame, name: &str) -> Result<Int64Chunked> {
+    df.column(name)
+        .and_then(|c| c.cast(&DataType::Int64))
+        .and_then(|c| c.i64().cloned())
+        .map_err(perr(run))
+}
+
+/// One boolean column of a collected frame.
+fn bool_column(run: &Run, df: &DataFrame, name: &str) -> Result<BooleanChunked> {
+    df.column(name)
+        .and_then(|c| c.bool().cloned())
+        .map_err(perr(run))
+}
+
+/// In one pass over the chunks (sorted by request, then seq, joined with their cell's
+/// window): per request its token aggregates (`TokenAgg`; `usage`: each row's usage
+/// increase, `continuous`: the requests whose every token event carried usage), and per
+/// cell the gaps between consecutive token events of a request and the chunks' queueing
+/// delays, inside the window.
+fn aggregate(
     run: &Run,
-    with_window: &LazyFrame,
+    df: &DataFrame,
+    usage: &[i64],
     continuous: &std::collections::HashSet<i64>,
     out: &mut Loaded,
 ) -> Result<()> {
-    let has_tokens = col("tokens").gt(lit(0));
-    let agg = with_window
-        .clone()
-        .group_by([col("request_id")])
-        .agg([
-            col("tokens").sum().alias("tokens"),
-            col("tokens")
-                .filter(col("in_window"))
-                .sum()
-                .alias("tokens_in_window"),
-            col("tokens")
-                .filter(has_tokens.clone().and(col("in_window")))
-                .count()
-                .cast(DataType::Int64)
-                .alias("token_events_in_window"),
-            col("arrival_ns").min().alias("first_chunk"),
-            col("arrival_ns")
-                .filter(nonempty("content"))
-                .min()
-                .alias("first_content"),
-            col("arrival_ns")
-                .filter(nonempty("content").or(nonempty("reasoning")))
-                .min()
-                .alias("first_text"),
-            col("arrival_ns")
-                .filter(nonempty("reasoning"))
-                .min()
-                .alias("first_reasoning"),
-            col("tokens")
-                .filter(nonempty("reasoning"))
-                .sum()
-                .alias("reasoning_tokens"),
-            col("arrival_ns")
-                .filter(has_tokens.clone())
-                .min()
-                .alias("first_token"),
-            col("tokens")
-                .filter(has_tokens.clone())
-                .first()
-                .alias("first_token_tokens"),
-            col("arrival_ns")
-                .filter(has_tokens.clone())
-                .max()
-                .alias("last_token"),
-            col("usage_tokens").sum().alias("usage_tokens"),
-            col("usage_tokens")
-                .filter(col("in_window"))
-                .sum()
-                .alias("usage_tokens_in_window"),
-            col("usage_tokens")
-                .filter(col("usage_tokens").gt(lit(0)))
-                .first()
-                .alias("usage_first_token_tokens"),
-        ])
-        .collect()
-        .map_err(perr(run))?;
-    let c = Cols { df: &agg, run };
-    let ids = c.i64("request_id")?;
-    let (tokens, in_window) = (c.i64("tokens")?, c.i64("tokens_in_window")?);
-    let events_in_window = c.i64("token_events_in_window")?;
-    let (first_chunk, first_content, first_text) = (
-        c.i64("first_chunk")?,
-        c.i64("first_content")?,
-        c.i64("first_text")?,
-    );
-    let (first_reasoning, reasoning_tokens) =
-        (c.i64("first_reasoning")?, c.i64("reasoning_tokens")?);
-    let (first_token, first_tokens, last_token) = (
-        c.i64("first_token")?,
-        c.i64("first_token_tokens")?,
-        c.i64("last_token")?,
-    );
-    let (usage, usage_in_window, usage_first) = (
-        c.i64("usage_tokens")?,
-        c.i64("usage_tokens_in_window")?,
-        c.i64("usage_first_token_tokens")?,
-    );
-    for (i, id) in ids.into_iter().enumerate() {
-        let Some(id) = id else { continue };
-        out.tokens.insert(
-            id,
-            TokenAgg {
-                tokens: tokens[i].unwrap_or(0),
-                tokens_in_window: in_window[i].unwrap_or(0),
-                token_events_in_window: events_in_window[i].unwrap_or(0),
-                first_chunk_ns: first_chunk[i],
-                first_content_ns: first_content[i],
-                first_text_ns: first_text[i],
-                first_reasoning_ns: first_reasoning[i],
-                reasoning_tokens: reasoning_tokens[i].unwrap_or(0),
-                first_token_ns: first_token[i],
-                first_token_tokens: first_tokens[i].unwrap_or(0),
-                last_token_ns: last_token[i],
-                usage: continuous.contains(&id).then(|| UsageCount {
-                    tokens: usage[i].unwrap_or(0),
-                    tokens_in_window: usage_in_window[i].unwrap_or(0),
-                    first_token_tokens: usage_first[i].unwrap_or(0),
-                }),
-            },
-        );
-    }
-
-    Ok(())
-}
-
-/// Per cell, the gaps between consecutive token events of a request and the chunks'
-/// queueing delays, inside the window.
-fn gaps_and_delays(run: &Run, with_window: &LazyFrame, out: &mut Loaded) -> Result<()> {
-    let has_tokens = col("tokens").gt(lit(0));
-    // Gaps between consecutive token events of a request, and queueing delays, inside
-    // the window.
-    let owner: BTreeMap<i64, CellKey> = out
+    let owner: HashMap<i64, CellKey> = out
         .requests
         .values()
         .flatten()
         .map(|r| (r.request_id, r.key))
         .collect();
-    let timing = with_window
-        .clone()
-        .filter(col("in_window"))
-        .select([col("request_id"), col("queue_delay_ns")])
-        .collect()
-        .map_err(perr(run))?;
-    let c = Cols { df: &timing, run };
-    for (id, delay) in c
-        .i64("request_id")?
-        .into_iter()
-        .zip(c.i64("queue_delay_ns")?)
-    {
-        if let (Some(key), Some(d)) = (id.and_then(|id| owner.get(&id)), delay) {
+    let (ids, arrival, delay, tokens) = (
+        int_column(run, df, "request_id")?,
+        int_column(run, df, "arrival_ns")?,
+        int_column(run, df, "queue_delay_ns")?,
+        int_column(run, df, "tokens")?,
+    );
+    let (in_window, content, reasoning) = (
+        bool_column(run, df, "in_window")?,
+        bool_column(run, df, "has_content")?,
+        bool_column(run, df, "has_reasoning")?,
+    );
+    let mut current: Option<(i64, Agg)> = None;
+    // The last token event: (request, arrival).
+    let mut last_token: Option<(i64, Option<i64>)> = None;
+    let rows = ids
+        .iter()
+        .zip(arrival.iter())
+        .zip(delay.iter())
+        .zip(tokens.iter())
+        .zip(in_window.iter())
+        .zip(content.iter().zip(reasoning.iter()))
+        .zip(usage.iter().copied());
+    for ((((((id, at), delay), t), in_window), (content, reasoning)), usage) in rows {
+        let (t, in_window) = (t.unwrap_or(0), in_window.unwrap_or(false));
+        let (content, reasoning) = (content.unwrap_or(false), reasoning.unwrap_or(false));
+        let key = id.and_then(|id| owner.get(&id));
+        if in_window && let (Some(key), Some(d)) = (key, delay) {
             out.queue_delays.entry(*key).or_default().push(d);
         }
+        if t > 0 {
+            if in_window
+                && let (Some(id), Some((last_id, Some(last_at))), Some(at), Some(key)) =
+                    (id, last_token, at, key)
+                && last_id == id
+            {
+                out.gaps.entry(*key).or_default().push(at - last_at);
+            }
+            last_token = id.map(|id| (id, at));
+        }
+        let Some(id) = id else { continue };
+        if current.as_ref().is_some_and(|(c, _)| *c != id)
+            && let Some((done, agg)) = current.take()
+        {
+            out.tokens
+                .insert(done, agg.finish(continuous.contains(&done)));
+        }
+        let a = &mut current.get_or_insert_with(|| (id, Agg::default())).1;
+        a.add(at, t, in_window, content, reasoning, usage);
     }
-    let gaps = with_window
-        .clone()
-        .filter(has_tokens)
-        .select([
-            col("request_id"),
-            col("in_window"),
-            (col("arrival_ns") - col("arrival_ns").shift(lit(1))).alias("gap"),
-            col("request_id")
-                .eq(col("request_id").shift(lit(1)))
-                .alias("same"),
-        ])
-        .filter(col("in_window").and(col("same").fill_null(lit(false))))
-        .select([col("request_id"), col("gap")])
-        .collect()
-        .map_err(perr(run))?;
-    let c = Cols { df: &gaps, run };
-    for (id, gap) in c.i64("request_id")?.into_iter().zip(c.i64("gap")?) {
-        if let (Some(key), Some(g)) = (id.and_then(|id| owner.get(&id)), gap) {
-            out.gaps.entry(*key).or_default().push(g);
+    if let Some((done, agg)) = current {
+        out.tokens
+            .insert(done, agg.finish(continuous.contains(&done)));
+    }
+    Ok(())
+}
+
+/// One request's token aggregates being summed up, row by row in stream order.
+#[derive(Default)]
+struct Agg {
+    tokens: i64,
+    tokens_in_window: i64,
+    token_events_in_window: i64,
+    first_chunk: Option<i64>,
+    first_content: Option<i64>,
+    first_text: Option<i64>,
+    first_reasoning: Option<i64>,
+    reasoning_tokens: i64,
+    first_token: Option<i64>,
+    first_token_tokens: Option<i64>,
+    last_token: Option<i64>,
+    usage: i64,
+    usage_in_window: i64,
+    usage_first: Option<i64>,
+}
+
+impl Agg {
+    fn add(
+        &mut self,
+        at: Option<i64>,
+        t: i64,
+        in_window: bool,
+        content: bool,
+        reasoning: bool,
+        usage: i64,
+    ) {
+        let min = |was: Option<i64>| match (was, at) {
+            (Some(w), Some(a)) => Some(w.min(a)),
+            (w, a) => w.or(a),
+        };
+        self.tokens += t;
+        self.usage += usage;
+        if in_window {
+            self.tokens_in_window += t;
+            self.usage_in_window += usage;
+            self.token_events_in_window += i64::from(t > 0);
+        }
+        self.first_chunk = min(self.first_chunk);
+        if content {
+            self.first_content = min(self.first_content);
+        }
+        if content || reasoning {
+            self.first_text = min(self.first_text);
+        }
+        if reasoning {
+            self.first_reasoning = min(self.first_reasoning);
+            self.reasoning_tokens += t;
+        }
+        if t > 0 {
+            self.first_token = min(self.first_token);
+            self.first_token_tokens.get_or_insert(t);
+            self.last_token = match (self.last_token, at) {
+                (Some(w), Some(a)) => Some(w.max(a)),
+                (w, a) => w.or(a),
+            };
+        }
+        if usage > 0 {
+            self.usage_first.get_or_insert(usage);
         }
     }
 
-    Ok(())
+    fn finish(self, continuous: bool) -> TokenAgg {
+        TokenAgg {
+            tokens: self.tokens,
+            tokens_in_window: self.tokens_in_window,
+            token_events_in_window: self.token_events_in_window,
+            first_chunk_ns: self.first_chunk,
+            first_content_ns: self.first_content,
+            first_text_ns: self.first_text,
+            first_reasoning_ns: self.first_reasoning,
+            reasoning_tokens: self.reasoning_tokens,
+            first_token_ns: self.first_token,
+            first_token_tokens: self.first_token_tokens.unwrap_or(0),
+            last_token_ns: self.last_token,
+            usage: continuous.then_some(UsageCount {
+                tokens: self.usage,
+                tokens_in_window: self.usage_in_window,
+                first_token_tokens: self.usage_first.unwrap_or(0),
+            }),
+        }
+    }
 }
 
 /// The text of every request that has any, in stream order.
@@ -789,9 +812,17 @@ fn texts(run: &Run, with_window: LazyFrame, out: &mut Loaded) -> Result<()> {
         .column("reasoning")
         .and_then(|c| c.str().cloned())
         .map_err(perr(run))?;
+    // The rows come sorted by request: each request's text is built up apart and put
+    // in the map once.
+    let mut current: Option<(i64, (String, String))> = None;
     for ((id, c), r) in ids.into_iter().zip(content.iter()).zip(reasoning.iter()) {
         let Some(id) = id else { continue };
-        let entry = out.text.entry(id).or_default();
+        if current.as_ref().is_some_and(|(at, _)| *at != id)
+            && let Some((done, text)) = current.take()
+        {
+            append(out.text.entry(done).or_default(), text);
+        }
+        let entry = &mut current.get_or_insert_with(|| (id, Default::default())).1;
         if let Some(c) = c {
             entry.0.push_str(c);
         }
@@ -799,7 +830,20 @@ fn texts(run: &Run, with_window: LazyFrame, out: &mut Loaded) -> Result<()> {
             entry.1.push_str(r);
         }
     }
+    if let Some((done, text)) = current {
+        append(out.text.entry(done).or_default(), text);
+    }
     Ok(())
+}
+
+/// Appends a run of a request's text to what it has.
+fn append(to: &mut (String, String), (content, reasoning): (String, String)) {
+    if to.0.is_empty() && to.1.is_empty() {
+        *to = (content, reasoning);
+    } else {
+        to.0.push_str(&content);
+        to.1.push_str(&reasoning);
+    }
 }
 
 /// One scrape of one series: its end time and every label set's value.

@@ -6,6 +6,7 @@
 use std::path::{Path, PathBuf};
 
 use polars::prelude::*;
+use rayon::prelude::*;
 use tokentrace_schemas::column::StrEnum;
 use tokentrace_schemas::layout::{CELLS_DIR, list_cells};
 use tokentrace_schemas::manifest::{CellMeta, Manifest};
@@ -66,8 +67,9 @@ impl Run {
     /// fail the run; it is listed as incomplete with the error that explains it.
     pub fn open(dir: &Path) -> Result<Run> {
         let manifest = Manifest::read(dir)?;
+        // Each cell's pages are decoded to check them: cells in parallel, in order.
         let cells = list_cells(dir)?
-            .into_iter()
+            .into_par_iter()
             .map(|(key, cell_dir)| match check_cell(&cell_dir) {
                 Ok(meta) => CellState::Complete {
                     key,

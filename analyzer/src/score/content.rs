@@ -36,7 +36,17 @@ pub fn mix(text: &str, allowed: &[Script]) -> Mix {
     };
     let mut counts: Vec<(Script, usize)> = Vec::new();
     for (i, c) in text.chars().enumerate() {
-        let s = c.script();
+        // ASCII by hand (Unicode's Scripts.txt: the ASCII letters are Latin, every other
+        // ASCII character Common); the table lookup cost a sixth of a report's time.
+        let s = if c.is_ascii() {
+            if c.is_ascii_alphabetic() {
+                Script::Latin
+            } else {
+                continue;
+            }
+        } else {
+            c.script()
+        };
         if matches!(s, Script::Common | Script::Inherited | Script::Unknown) {
             continue;
         }
@@ -208,6 +218,17 @@ mod tests {
         assert_eq!(mix("12 + 3 = 15!", &latin).letters, 0);
         assert_eq!(mix("résumé", &latin).foreign, 0);
         assert_eq!(mix("кошка cat", &latin).script, Some(Script::Cyrillic));
+    }
+
+    #[test]
+    fn the_ascii_shortcut_agrees_with_the_script_table() {
+        for c in (0u8..128).map(char::from) {
+            let m = mix(&c.to_string(), &[]);
+            let script = c.script();
+            let letter = !matches!(script, Script::Common | Script::Inherited | Script::Unknown);
+            assert_eq!(m.letters, usize::from(letter), "{c:?}");
+            assert_eq!(m.script, letter.then_some(script), "{c:?}");
+        }
     }
 
     #[test]

@@ -2,11 +2,13 @@
 //! once — its streams with their token aggregates, the window, the events, the gauge
 //! samples inside the window, the recorder's lag and the repetitions in each text.
 
+use rayon::prelude::*;
 use tokentrace_schemas::layout::CellKey;
 use tokentrace_schemas::protocol::LATE_TICK_MS;
 use tokentrace_schemas::tables::Role;
 
 use crate::load::{EventInfo, Loaded, RequestInfo, Sample, TickCounts, TokenAgg};
+
 use crate::loops::{self, Repetition};
 use crate::presets::Preset;
 use crate::rules::{Channel, RequestScope, RuleSet, TokenCount};
@@ -333,7 +335,9 @@ fn repeats<'a>(streams: &[Stream<'a>], loaded: &'a Loaded, rules: &RuleSet) -> V
     let mut channels = l.channels.clone();
     channels.sort();
     channels.dedup();
-    let mut out = Vec::new();
+    // The texts to search, in stream and channel order; searched in parallel (each
+    // search is independent) and collected in that order, so the result is the same.
+    let mut texts = Vec::new();
     for s in streams {
         let r = s.info;
         if r.role == Role::Warmup && !l.include_warmup {
@@ -347,9 +351,14 @@ fn repeats<'a>(streams: &[Stream<'a>], loaded: &'a Loaded, rules: &RuleSet) -> V
                 Channel::Content => content,
                 Channel::Reasoning => reasoning,
             };
-            if text.len() < min_span {
-                continue; // fewer bytes than characters needed
+            if text.len() >= min_span {
+                texts.push((r, channel, text.as_str())); // else fewer bytes than characters needed
             }
+        }
+    }
+    texts
+        .into_par_iter()
+        .map(|(stream, channel, text)| {
             let chars = loops::chars(text, l.normalize_digits);
             let mut found = loops::repetitions(
                 &chars,
@@ -375,13 +384,12 @@ fn repeats<'a>(streams: &[Stream<'a>], loaded: &'a Loaded, rules: &RuleSet) -> V
                     },
                 ));
             }
-            out.push(Repeats {
-                stream: r,
+            Repeats {
+                stream,
                 channel,
                 text,
                 found,
-            });
-        }
-    }
-    out
+            }
+        })
+        .collect()
 }
