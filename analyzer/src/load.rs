@@ -582,27 +582,37 @@ fn load_chunks(run: &Run, chunks: LazyFrame, loads: Loads, out: &mut Loaded) -> 
     // polars group-by of fourteen aggregations took a fifth of a report's time).
     let with_window = with_window.collect().map_err(perr(run))?;
     let (usage_tokens, continuous) = usage_increases(run, &with_window)?;
+    // Each request's cell, from the requests already loaded.
+    let owner: HashMap<i64, CellKey> = out
+        .requests
+        .values()
+        .flatten()
+        .map(|r| (r.request_id, r.key))
+        .collect();
     if loads == Loads::Traces {
-        timelines(run, &with_window, out)?;
+        timelines(run, &with_window, &owner, out)?;
     }
-    aggregate(run, &with_window, &usage_tokens, &continuous, out)?;
+    aggregate(run, &with_window, &usage_tokens, &continuous, &owner, out)?;
     texts(run, with_window.lazy(), out)
 }
 
 /// Per decode cell, its token events in time order: (arrival ns, tokens), from the
-/// chunks already in memory (each request's cell from the requests already loaded).
-fn timelines(run: &Run, chunks: &DataFrame, out: &mut Loaded) -> Result<()> {
-    let owner: HashMap<i64, CellKey> = out
-        .requests
-        .iter()
-        .filter(|(key, _)| key.phase == Phase::Decode)
-        .flat_map(|(_, rs)| rs.iter().map(|r| (r.request_id, r.key)))
-        .collect();
-    let c = Cols { df: chunks, run };
-    let (ids, arrival, tokens) = (c.i64("request_id")?, c.i64("arrival_ns")?, c.i64("tokens")?);
+/// chunks already in memory (`owner`: each request's cell).
+fn timelines(
+    run: &Run,
+    chunks: &DataFrame,
+    owner: &HashMap<i64, CellKey>,
+    out: &mut Loaded,
+) -> Result<()> {
+    let (ids, arrival, tokens) = (
+        int_column(run, chunks, "request_id")?,
+        int_column(run, chunks, "arrival_ns")?,
+        int_column(run, chunks, "tokens")?,
+    );
     let mut found: HashMap<CellKey, Vec<(i64, i64)>> = HashMap::new();
-    for ((id, at), t) in ids.into_iter().zip(arrival).zip(tokens) {
+    for ((id, at), t) in ids.iter().zip(arrival.iter()).zip(tokens.iter()) {
         if let (Some(key), Some(at), Some(t)) = (id.and_then(|id| owner.get(&id)), at, t)
+            && key.phase == Phase::Decode
             && t > 0
         {
             found.entry(*key).or_default().push((at, t));
@@ -640,14 +650,9 @@ fn aggregate(
     df: &DataFrame,
     usage: &[i64],
     continuous: &std::collections::HashSet<i64>,
+    owner: &HashMap<i64, CellKey>,
     out: &mut Loaded,
 ) -> Result<()> {
-    let owner: HashMap<i64, CellKey> = out
-        .requests
-        .values()
-        .flatten()
-        .map(|r| (r.request_id, r.key))
-        .collect();
     let (ids, arrival, delay, tokens) = (
         int_column(run, df, "request_id")?,
         int_column(run, df, "arrival_ns")?,

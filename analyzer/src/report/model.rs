@@ -634,6 +634,15 @@ pub(crate) fn phase_label(c: &CellScore) -> String {
 }
 
 /// `p50 / p90 / p99 / max` of a summary in ms with `decimals` (`—` for what it lacks).
+/// [`spread`] of the summary `pick` takes from a cell's shown figures; a dash without.
+fn spread_of(
+    f: Option<&Figures>,
+    pick: fn(&Figures) -> &crate::contract::Summary,
+    decimals: usize,
+) -> String {
+    f.map_or_else(|| DASH.to_string(), |f| spread(pick(f), decimals))
+}
+
 pub(crate) fn spread(s: &crate::contract::Summary, decimals: usize) -> String {
     let p = |k: &str| s.percentiles.get(k).copied();
     [s.median, p("p90"), p("p99"), s.max]
@@ -685,9 +694,7 @@ pub(crate) fn burst_table(s: &Scoring) -> Option<Table> {
         .iter()
         .map(|c| {
             let f = shown(c);
-            let sp = |pick: fn(&Figures) -> &crate::contract::Summary, decimals| {
-                f.map_or_else(|| DASH.to_string(), |f| spread(pick(f), decimals))
-            };
+            let sp = |pick, decimals| spread_of(f, pick, decimals);
             vec![
                 context_label(c.context),
                 c.concurrency.to_string(),
@@ -796,9 +803,7 @@ pub(crate) fn replay_table(s: &Scoring) -> Option<Table> {
         .iter()
         .map(|c| {
             let f = shown(c);
-            let sp = |pick: fn(&Figures) -> &crate::contract::Summary, decimals| {
-                f.map_or_else(|| DASH.to_string(), |f| spread(pick(f), decimals))
-            };
+            let sp = |pick, decimals| spread_of(f, pick, decimals);
             let index = c.replay.unwrap_or(0);
             let source = replay_source(s, index);
             let requests = match (f, source) {
