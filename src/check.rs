@@ -52,11 +52,10 @@ pub fn run(args: &CheckArgs, out: &mut impl Write) -> anyhow::Result<CheckSummar
     let found = list_cells(&args.run).context("cannot list the run's cells")?;
     writeln!(
         out,
-        "run {} · schema v{} · written by {} {} · model {} · {}",
+        "run {} · schema v{} · written by {} · model {} · {}",
         manifest.run_id,
         manifest.schema_version,
-        manifest.tool.name,
-        manifest.tool.version,
+        manifest.tool.label(),
         manifest.model,
         manifest.target.url
     )?;

@@ -14,7 +14,7 @@ use clap::{Parser, Subcommand};
 
 /// tokentrace: record LLM-serving speed-test matrices to Parquet, analyze them offline.
 #[derive(Debug, Parser)]
-#[command(name = "tokentrace", version, about)]
+#[command(name = "tokentrace", version = tokentrace_schemas::build::CLI_VERSION, about)]
 pub struct Cli {
     #[command(subcommand)]
     pub command: Command,

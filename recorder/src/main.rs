@@ -7,7 +7,7 @@ use tokentrace_recorder::cli::{self, Outcome, RecordArgs};
 
 /// tokentrace-record: record an LLM server's speed-test matrix to a run folder.
 #[derive(Debug, Parser)]
-#[command(name = "tokentrace-record", version, about)]
+#[command(name = "tokentrace-record", version = tokentrace_schemas::build::RECORDER_VERSION, about)]
 struct Cli {
     #[command(flatten)]
     args: RecordArgs,

@@ -6,6 +6,7 @@
 //! tokenize shape, prefill mode, where a `--describe` key lives), parsed once at the edge.
 //! Test data lives in the unpublished `tokentrace-testkit`.
 
+pub mod build;
 pub mod clock;
 pub mod column;
 pub mod error;

@@ -20,14 +20,34 @@ use crate::{SCHEMA_VERSION, fsutil};
 pub struct ToolInfo {
     pub name: String,
     pub version: String,
+    /// The git commit the build was made from (12 hex digits); absent when the build did
+    /// not know it, and in runs recorded before builds kept it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub commit: Option<String>,
+    /// What the build can do, as its `--version` lists it (`s3`, `rustls`, …).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub features: Vec<String>,
 }
 
 impl ToolInfo {
-    /// This build of tokentrace.
+    /// This build of tokentrace's recorder.
     pub fn current() -> Self {
         ToolInfo {
             name: "tokentrace".to_string(),
             version: crate::TOOL_VERSION.to_string(),
+            commit: crate::build::commit().map(str::to_string),
+            features: crate::build::RECORDER_FEATURES
+                .iter()
+                .map(|f| f.to_string())
+                .collect(),
+        }
+    }
+
+    /// `name version`, and the commit in brackets where known.
+    pub fn label(&self) -> String {
+        match &self.commit {
+            Some(c) => format!("{} {} ({c})", self.name, self.version),
+            None => format!("{} {}", self.name, self.version),
         }
     }
 }

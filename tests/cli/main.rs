@@ -29,7 +29,8 @@
 //!   committed changes, the run ends complete and sound;
 //! - `truth`: the analyzer's figures agree within 1% with the simulator's ground truth;
 //!   without server metrics, client-side evidence is used and the report says so;
-//! - `sim`: the simulator subcommand starts, says where it listens, serves, and refuses bad profiles.
+//! - `sim`: the simulator subcommand starts, says where it listens, serves, and refuses bad profiles;
+//! - `version`: `--version` names the commit and features; the manifest keeps the same.
 
 mod answers;
 mod cache;
@@ -50,3 +51,4 @@ mod sim;
 mod store;
 mod trials;
 mod truth;
+mod version;

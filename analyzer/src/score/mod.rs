@@ -149,7 +149,7 @@ pub fn score_loaded(
         run: RunInfo {
             run_id: m.run_id.clone(),
             started_utc: m.clock.utc_at_zero.clone(),
-            recorded_by: format!("{} {}", m.tool.name, m.tool.version),
+            recorded_by: m.tool.label(),
             model: m.model.clone(),
             engine: m.engine.name.clone(),
             engine_version: m.engine.version.clone(),

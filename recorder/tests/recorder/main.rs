@@ -7,7 +7,8 @@
 //! - `http`: response heads and chunked bodies decoded under any read split;
 //! - `queue`: the writer queue's byte bound holds senders back until the writer takes,
 //!   a record heavier than the bound still passes, a gone writer frees waiting senders;
-//! - `scrape`: Prometheus text (llama.cpp, vLLM shapes) into long-format metric rows.
+//! - `scrape`: Prometheus text (llama.cpp, vLLM shapes) into long-format metric rows;
+//! - `version`: `--version` names the commit and the recorder's features.
 
 mod cell;
 mod client;
@@ -15,6 +16,7 @@ mod fuzz;
 mod http;
 mod queue;
 mod scrape;
+mod version;
 
 /// A captured file from `fixtures/sse/`.
 pub fn fixture(name: &str) -> Vec<u8> {
