@@ -15,7 +15,9 @@
 #   REFBENCH=path/to/llm_decode_bench.py REFBENCH_PYTHON=path/to/python \
 #     bash bench/parity.sh [CONTEXTS=1k] [CONCURRENCY=1,4] [DURATION_S=10]
 #   (NO_BUILD=1 uses the built binaries; KEEP_WORK=1 keeps the work folder; PROFILE=
-#   a simulator profile, built-in name or file, instead of reference-h200x4.)
+#   a simulator profile, built-in name or file, instead of reference-h200x4; PIN=1 runs
+#   the simulator on CPU 0 and each tool's client on CPU 1 (taskset), so that neither
+#   client shares a core with the server.)
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 : "${REFBENCH:?set REFBENCH to the llm_decode_bench.py of the reference tool}"
@@ -35,9 +37,13 @@ if [ -n "${KEEP_WORK:-}" ]; then
 else
   trap '[ -n "$sim" ] && kill $sim 2>/dev/null; rm -rf "$work"' EXIT
 fi
+server_cpu=(); client_cpu=()
+if [ -n "${PIN:-}" ]; then
+  server_cpu=(taskset -c 0); client_cpu=(taskset -c 1)
+fi
 start_sim() {
   port=$((20000 + RANDOM % 20000))
-  "$bin/tokentrace" sim --profile "${PROFILE:-reference-h200x4}" --listen "127.0.0.1:$port" \
+  "${server_cpu[@]}" "$bin/tokentrace" sim --profile "${PROFILE:-reference-h200x4}" --listen "127.0.0.1:$port" \
     --ground-truth "$work/truth-$1" > "$work/sim-$1.log" 2>&1 &
   sim=$!
   for _ in $(seq 100); do curl -sf "http://127.0.0.1:$port/health" > /dev/null && break; sleep 0.1; done
@@ -55,7 +61,7 @@ start_sim reference
 echo "[reference tool] $url ($model): contexts $contexts, concurrency $concurrency, ${duration}s" >&2
 env https_proxy=http://127.0.0.1:9 HTTPS_PROXY=http://127.0.0.1:9 \
   NO_PROXY=127.0.0.1,localhost no_proxy=127.0.0.1,localhost COLUMNS=200 \
-  "$REFBENCH_PYTHON" "$REFBENCH" --host "$url" --model "$model" --contexts "$contexts" \
+  "${client_cpu[@]}" "$REFBENCH_PYTHON" "$REFBENCH" --host "$url" --model "$model" --contexts "$contexts" \
   --concurrency "$concurrency" --duration "$duration" --display-mode plain --no-hw-monitor \
   --prefill-contexts "$contexts" --decode-warmup-seconds 0 --no-calibration-cache \
   --token-targeting exact \
@@ -66,7 +72,7 @@ stop_sim
 # tokentrace: the same matrix (K = 1,024 tokens, as the reference's k), chat endpoint.
 start_sim tokentrace
 echo "[tokentrace] $url ($model)" >&2
-"$bin/tokentrace-record" --target "$url" --out "$work/run" --endpoint chat \
+"${client_cpu[@]}" "$bin/tokentrace-record" --target "$url" --out "$work/run" --endpoint chat \
   --contexts "$(echo "$contexts" | tr 'k' 'K')" --concurrency "$concurrency" \
   --duration "${duration}s" --gpu-telemetry off > "$work/tokentrace.log" 2>&1
 stop_sim
