@@ -48,3 +48,11 @@ pub enum Error {
     #[error("unknown table `{0}` (tables: requests, chunks, metrics, events)")]
     UnknownTable(String),
 }
+
+impl From<tokentrace_score::Error> for Error {
+    fn from(e: tokentrace_score::Error) -> Self {
+        match e {
+            tokentrace_score::Error::Rules { path, message } => Error::Rules { path, message },
+        }
+    }
+}

@@ -2,28 +2,23 @@
 //! matrix under versioned rule sets: figures, verdicts with evidence, reports, diffs. It
 //! never talks to a server: the run folder is its only input.
 //!
-//! The map: [`run`] opens a folder and [`load`] reads its tables once (the HTML page's
-//! traces, [`trace`], come from the same read); [`rules`] and
-//! [`presets`] say how to judge; [`score()`] builds one view per cell and applies each
-//! rule; [`contract`] is the serialized result; [`figures`] is the one figure table that
-//! [`report`] (Markdown, CSV, JSON, HTML: one door, a format-free model and a writer per
-//! format) and [`diff`] read.
+//! The map: [`run`] opens a folder and [`load`] reads its tables once into the plain
+//! per-cell data (the HTML page's traces, [`trace`], come from the same read); the
+//! polars-free `tokentrace-score` crate (re-exported here: [`rules`], [`presets`],
+//! [`contract`], [`figures`], [`loops`]) judges it, the same code the recorder's live
+//! view runs; [`score()`] ties the two; [`report`] (Markdown, CSV, JSON, HTML: one door,
+//! a format-free model and a writer per format) and [`diff`] read the figure table.
 
 pub mod catalog;
-pub mod contract;
 pub mod diff;
 pub mod error;
-pub mod figures;
 pub mod load;
-pub mod loops;
-pub mod numbers;
-pub mod presets;
 pub mod report;
-pub mod rules;
 pub mod run;
 pub mod score;
-pub mod stats;
 pub mod trace;
+
+pub use tokentrace_score::{contract, figures, loops, numbers, presets, rules, stats};
 
 pub use contract::Scoring;
 pub use error::{Error, Result};

@@ -2,136 +2,20 @@
 //! the small per-request and per-cell tables the rules need (request lifecycles, token
 //! aggregates, in-window gaps, gauge samples, lifecycle events, text for loop checks).
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 
 use polars::prelude::*;
 use tokentrace_schemas::column::StrEnum;
 use tokentrace_schemas::layout::{CellKey, Phase};
-use tokentrace_schemas::protocol::{self, LagStat};
 use tokentrace_schemas::tables::{EndReason, EventKind, Role};
+use tokentrace_score::fold;
 
 use crate::error::{Error, Result};
 use crate::run::Run;
 
-/// One request's lifecycle (from `requests`).
-#[derive(Debug, Clone)]
-pub struct RequestInfo {
-    pub request_id: i64,
-    pub key: CellKey,
-    pub role: Role,
-    pub end_reason: EndReason,
-    pub prompt_tokens_requested: i64,
-    pub prompt_tokens_server: Option<i64>,
-    /// Prompt tokens the server served from its prefix cache (when it said).
-    pub cached_tokens: Option<i64>,
-    /// When it was due: a rate cell's schedule; when it was run, for other cells.
-    pub scheduled_ns: i64,
-    pub sent_ns: Option<i64>,
-    pub end_ns: Option<i64>,
-    pub error: Option<String>,
-    /// The closed-loop worker that sent it (null for open-loop requests).
-    pub slot: Option<i64>,
-    pub max_tokens: Option<i64>,
-    /// The connection that carried it; whether it opened that connection (a new one, not
-    /// one reused); and how often it was sent again on a new connection. All null in
-    /// runs recorded before the recorder wrote its connection columns.
-    pub connection_id: Option<i64>,
-    pub opened_connection: Option<bool>,
-    pub retries: Option<i64>,
-}
-
-/// One request's token aggregates (from `chunks`).
-#[derive(Debug, Clone, Copy, Default)]
-pub struct TokenAgg {
-    /// Tokens over the whole stream.
-    pub tokens: i64,
-    /// Tokens that arrived inside the cell's window …
-    pub tokens_in_window: i64,
-    /// … and the events that carried them (the recorded count, whatever the rule set
-    /// counts tokens by).
-    pub token_events_in_window: i64,
-    pub first_chunk_ns: Option<i64>,
-    /// First event with answer text.
-    pub first_content_ns: Option<i64>,
-    /// First event with answer or reasoning text.
-    pub first_text_ns: Option<i64>,
-    /// First event with reasoning text.
-    pub first_reasoning_ns: Option<i64>,
-    /// Tokens of the events that carried reasoning text (the recorded count).
-    pub reasoning_tokens: i64,
-    /// First event carrying tokens, and how many it carried.
-    pub first_token_ns: Option<i64>,
-    pub first_token_tokens: i64,
-    pub last_token_ns: Option<i64>,
-    /// The same counts from the server's cumulative usage (its increases per event),
-    /// when every event that carried tokens also carried the cumulative count.
-    pub usage: Option<UsageCount>,
-}
-
-/// A request's token counts taken from the server's cumulative usage.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct UsageCount {
-    pub tokens: i64,
-    pub tokens_in_window: i64,
-    /// Of the first event that carried tokens.
-    pub first_token_tokens: i64,
-}
-
-/// One lifecycle mark.
-#[derive(Debug, Clone)]
-pub struct EventInfo {
-    pub time_ns: i64,
-    pub kind: EventKind,
-    pub detail: Option<String>,
-}
-
-/// One metric series' value at one scrape, summed over its label sets.
-#[derive(Debug, Clone)]
-pub struct Sample {
-    pub start_ns: i64,
-    pub end_ns: i64,
-    pub value: f64,
-}
-
-/// One second of the recorder's tick counts: how many ticks fired, and how many were
-/// later than each of `protocol::LATE_TICK_MS`.
-#[derive(Debug, Clone, PartialEq)]
-pub struct TickCounts {
-    pub start_ns: i64,
-    pub end_ns: i64,
-    pub ticks: f64,
-    pub over: Vec<f64>,
-}
-
-/// Everything of a run the rules look at, keyed by cell.
-#[derive(Debug, Default)]
-pub struct Loaded {
-    pub requests: BTreeMap<CellKey, Vec<RequestInfo>>,
-    pub tokens: BTreeMap<i64, TokenAgg>,
-    /// Per cell: gaps (ns) between consecutive token events of a request, the later one
-    /// inside the window.
-    pub gaps: BTreeMap<CellKey, Vec<i64>>,
-    /// Per cell: the recorder's queueing delay (ns) of every event inside the window.
-    pub queue_delays: BTreeMap<CellKey, Vec<i64>>,
-    pub events: BTreeMap<CellKey, Vec<EventInfo>>,
-    /// Per decode cell: (window_open, window_close); absent when the cell has no window.
-    pub windows: BTreeMap<CellKey, (i64, i64)>,
-    /// Per cell, per series name: samples in time order.
-    pub samples: BTreeMap<CellKey, BTreeMap<String, Vec<Sample>>>,
-    /// Per cell: the recorder's tick counts per second, in time order (runs recorded
-    /// before the recorder counted late ticks have none).
-    pub tick_counts: BTreeMap<CellKey, Vec<TickCounts>>,
-    /// Per request: (content, reasoning) text in stream order, for requests with text.
-    pub text: BTreeMap<i64, (String, String)>,
-    /// Per cell with GPU telemetry: its `gpu` rows in time order (cells recorded
-    /// without NVML have none).
-    pub gpu: BTreeMap<CellKey, Vec<tokentrace_schemas::tables::GpuRow>>,
-    /// Per replay cell: its workload's `replay` rows (request id order).
-    pub replay: BTreeMap<CellKey, Vec<tokentrace_schemas::tables::ReplayRow>>,
-    /// Per decode cell: its token events in time order, (arrival ns, tokens); loaded
-    /// only for the HTML page's drill-down traces ([`Loads::Traces`]).
-    pub timelines: BTreeMap<CellKey, Vec<(i64, i64)>>,
-}
+pub use tokentrace_score::data::{
+    EventInfo, Loaded, RequestInfo, Sample, TickCounts, TokenAgg, UsageCount,
+};
 
 /// What [`load`] reads beyond what scoring needs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -261,16 +145,8 @@ fn load_unguarded(run: &Run, series: &[String], loads: Loads) -> Result<Loaded> 
 /// The `replay` table of every complete replay cell, read through the trace's own
 /// reader (a row per workload request: small beside the chunks).
 fn load_replay(run: &Run, out: &mut Loaded) -> Result<()> {
-    use tokentrace_schemas::layout::table_file;
-    use tokentrace_schemas::tables::Replay;
     for (key, dir) in run.complete_cells() {
-        let path = dir.join(table_file::<Replay>());
-        if key.replay.is_none() || !path.exists() {
-            continue;
-        }
-        let mut rows = tokentrace_schemas::reader::read_table::<Replay>(&path)?;
-        rows.sort_by_key(|r| r.request_id);
-        out.replay.insert(*key, rows);
+        tokentrace_score::read::replay(dir, *key, out)?;
     }
     Ok(())
 }
@@ -278,16 +154,8 @@ fn load_replay(run: &Run, out: &mut Loaded) -> Result<()> {
 /// The optional `gpu` table of every complete cell that has one (small: a row per GPU
 /// per scrape), read through the trace's own reader.
 fn load_gpu(run: &Run, out: &mut Loaded) -> Result<()> {
-    use tokentrace_schemas::layout::table_file;
-    use tokentrace_schemas::tables::Gpu;
     for (key, dir) in run.complete_cells() {
-        let path = dir.join(table_file::<Gpu>());
-        if !path.exists() {
-            continue;
-        }
-        let mut rows = tokentrace_schemas::reader::read_table::<Gpu>(&path)?;
-        rows.sort_by_key(|r| (r.sample_ns, r.gpu));
-        out.gpu.insert(*key, rows);
+        tokentrace_score::read::gpu(dir, *key, out)?;
     }
     Ok(())
 }
@@ -320,17 +188,7 @@ fn load_events(run: &Run, events: LazyFrame, out: &mut Loaded) -> Result<()> {
             detail: detail[i].clone(),
         });
     }
-    for (key, v) in &mut out.events {
-        v.sort_by_key(|e| e.time_ns);
-        let at = |kind| v.iter().filter(move |e| e.kind == kind).map(|e| e.time_ns);
-        if let (Some(open), Some(close)) = (
-            at(EventKind::WindowOpen).min(),
-            at(EventKind::WindowClose).max(),
-        ) && close >= open
-        {
-            out.windows.insert(*key, (open, close));
-        }
-    }
+    fold::settle_events(out);
     Ok(())
 }
 
@@ -421,9 +279,7 @@ fn load_requests(run: &Run, mut requests: LazyFrame, out: &mut Loaded) -> Result
             slot: slot[i],
             max_tokens: max_tokens[i],
             connection_id: connection[i],
-            // A request that got a connection either opened it (a connect start) or
-            // reused an open one.
-            opened_connection: connection_at[i].map(|_| connect_start[i].is_some()),
+            opened_connection: RequestInfo::opened(connection_at[i], connect_start[i]),
             retries: retries[i],
         });
     }
@@ -482,55 +338,6 @@ fn key_columns(run: &Run) -> Vec<Expr> {
     keys
 }
 
-fn nonempty(name: &str) -> Expr {
-    col(name).is_not_null().and(col(name).neq(lit("")))
-}
-
-/// Per chunk row (sorted by request, then seq): the increase of the request's cumulative
-/// `completion_tokens` over its last earlier value (0 where the row has none); and the
-/// requests whose every token-carrying row has the cumulative count.
-fn usage_increases(
-    run: &Run,
-    df: &DataFrame,
-) -> Result<(Vec<i64>, std::collections::HashSet<i64>)> {
-    let (ids, tokens, cumulative) = (
-        int_column(run, df, "request_id")?,
-        int_column(run, df, "tokens")?,
-        int_column(run, df, "completion_tokens")?,
-    );
-    let mut out = Vec::with_capacity(ids.len());
-    let mut continuous = std::collections::HashSet::new();
-    let mut broken = std::collections::HashSet::new();
-    let (mut current, mut last) = (None, 0i64);
-    for ((id, t), cum) in ids.iter().zip(tokens.iter()).zip(cumulative.iter()) {
-        if id != current {
-            (current, last) = (id, 0);
-        }
-        let carries = t.unwrap_or(0) > 0;
-        out.push(match cum {
-            Some(v) => {
-                let up = (v - last).max(0);
-                last = last.max(v);
-                up
-            }
-            None => 0,
-        });
-        if let Some(id) = id {
-            match (carries, cum) {
-                (true, None) => {
-                    broken.insert(id);
-                }
-                (true, Some(_)) => {
-                    continuous.insert(id);
-                }
-                _ => {}
-            }
-        }
-    }
-    continuous.retain(|id| !broken.contains(id));
-    Ok((out, continuous))
-}
-
 fn load_chunks(run: &Run, chunks: LazyFrame, loads: Loads, out: &mut Loaded) -> Result<()> {
     let windows = windows(run, out)?;
     let with_window = chunks
@@ -545,8 +352,6 @@ fn load_chunks(run: &Run, chunks: LazyFrame, loads: Loads, out: &mut Loaded) -> 
                 col("completion_tokens").cast(DataType::Int64),
                 col("content"),
                 col("reasoning"),
-                nonempty("content").alias("has_content"),
-                nonempty("reasoning").alias("has_reasoning"),
             ],
         ))
         .join(
@@ -572,8 +377,6 @@ fn load_chunks(run: &Run, chunks: LazyFrame, loads: Loads, out: &mut Loaded) -> 
             col("completion_tokens"),
             col("content"),
             col("reasoning"),
-            col("has_content"),
-            col("has_reasoning"),
             col("in_window"),
         ])
         .sort(["request_id", "seq"], SortMultipleOptions::default());
@@ -581,7 +384,6 @@ fn load_chunks(run: &Run, chunks: LazyFrame, loads: Loads, out: &mut Loaded) -> 
     // one pass each (a lazy plan would read and sort the files again for each, and a
     // polars group-by of fourteen aggregations took a fifth of a report's time).
     let with_window = with_window.collect().map_err(perr(run))?;
-    let (usage_tokens, continuous) = usage_increases(run, &with_window)?;
     // Each request's cell, from the requests already loaded.
     let owner: HashMap<i64, CellKey> = out
         .requests
@@ -592,8 +394,7 @@ fn load_chunks(run: &Run, chunks: LazyFrame, loads: Loads, out: &mut Loaded) -> 
     if loads == Loads::Traces {
         timelines(run, &with_window, &owner, out)?;
     }
-    aggregate(run, &with_window, &usage_tokens, &continuous, &owner, out)?;
-    texts(run, with_window.lazy(), out)
+    aggregate(run, &with_window, &owner, out)
 }
 
 /// Per decode cell, its token events in time order: (arrival ns, tokens), from the
@@ -641,218 +442,52 @@ fn bool_column(run: &Run, df: &DataFrame, name: &str) -> Result<BooleanChunked> 
 }
 
 /// In one pass over the chunks (sorted by request, then seq, joined with their cell's
-/// window): per request its token aggregates (`TokenAgg`; `usage`: each row's usage
-/// increase, `continuous`: the requests whose every token event carried usage), and per
-/// cell the gaps between consecutive token events of a request and the chunks' queueing
-/// delays, inside the window.
+/// window), the shared fold ([`fold::ChunkFold`]): per request its token aggregates and
+/// text, per cell the in-window gaps and queueing delays.
 fn aggregate(
     run: &Run,
     df: &DataFrame,
-    usage: &[i64],
-    continuous: &std::collections::HashSet<i64>,
     owner: &HashMap<i64, CellKey>,
     out: &mut Loaded,
 ) -> Result<()> {
-    let (ids, arrival, delay, tokens) = (
+    let (ids, arrival, delay, tokens, cumulative) = (
         int_column(run, df, "request_id")?,
         int_column(run, df, "arrival_ns")?,
         int_column(run, df, "queue_delay_ns")?,
         int_column(run, df, "tokens")?,
+        int_column(run, df, "completion_tokens")?,
     );
-    let (in_window, content, reasoning) = (
-        bool_column(run, df, "in_window")?,
-        bool_column(run, df, "has_content")?,
-        bool_column(run, df, "has_reasoning")?,
-    );
-    let mut current: Option<(i64, Agg)> = None;
-    // The last token event: (request, arrival).
-    let mut last_token: Option<(i64, Option<i64>)> = None;
+    let in_window = bool_column(run, df, "in_window")?;
+    let str_column = |name: &str| {
+        df.column(name)
+            .and_then(|c| c.str().cloned())
+            .map_err(perr(run))
+    };
+    let (content, reasoning) = (str_column("content")?, str_column("reasoning")?);
+    let mut fold = fold::ChunkFold::new(owner);
     let rows = ids
         .iter()
         .zip(arrival.iter())
         .zip(delay.iter())
-        .zip(tokens.iter())
+        .zip(tokens.iter().zip(cumulative.iter()))
         .zip(in_window.iter())
-        .zip(content.iter().zip(reasoning.iter()))
-        .zip(usage.iter().copied());
-    for ((((((id, at), delay), t), in_window), (content, reasoning)), usage) in rows {
-        let (t, in_window) = (t.unwrap_or(0), in_window.unwrap_or(false));
-        let (content, reasoning) = (content.unwrap_or(false), reasoning.unwrap_or(false));
-        let key = id.and_then(|id| owner.get(&id));
-        if in_window && let (Some(key), Some(d)) = (key, delay) {
-            out.queue_delays.entry(*key).or_default().push(d);
-        }
-        if t > 0 {
-            if in_window
-                && let (Some(id), Some((last_id, Some(last_at))), Some(at), Some(key)) =
-                    (id, last_token, at, key)
-                && last_id == id
-            {
-                out.gaps.entry(*key).or_default().push(at - last_at);
-            }
-            last_token = id.map(|id| (id, at));
-        }
-        let Some(id) = id else { continue };
-        if current.as_ref().is_some_and(|(c, _)| *c != id)
-            && let Some((done, agg)) = current.take()
-        {
-            out.tokens
-                .insert(done, agg.finish(continuous.contains(&done)));
-        }
-        let a = &mut current.get_or_insert_with(|| (id, Agg::default())).1;
-        a.add(at, t, in_window, content, reasoning, usage);
-    }
-    if let Some((done, agg)) = current {
-        out.tokens
-            .insert(done, agg.finish(continuous.contains(&done)));
-    }
-    Ok(())
-}
-
-/// One request's token aggregates being summed up, row by row in stream order.
-#[derive(Default)]
-struct Agg {
-    tokens: i64,
-    tokens_in_window: i64,
-    token_events_in_window: i64,
-    first_chunk: Option<i64>,
-    first_content: Option<i64>,
-    first_text: Option<i64>,
-    first_reasoning: Option<i64>,
-    reasoning_tokens: i64,
-    first_token: Option<i64>,
-    first_token_tokens: Option<i64>,
-    last_token: Option<i64>,
-    usage: i64,
-    usage_in_window: i64,
-    usage_first: Option<i64>,
-}
-
-impl Agg {
-    fn add(
-        &mut self,
-        at: Option<i64>,
-        t: i64,
-        in_window: bool,
-        content: bool,
-        reasoning: bool,
-        usage: i64,
-    ) {
-        let min = |was: Option<i64>| match (was, at) {
-            (Some(w), Some(a)) => Some(w.min(a)),
-            (w, a) => w.or(a),
+        .zip(content.iter().zip(reasoning.iter()));
+    for (((((request_id, arrival_ns), queue_delay_ns), (t, c)), w), (content, reasoning)) in rows {
+        let row = fold::ChunkIn {
+            request_id,
+            arrival_ns,
+            queue_delay_ns,
+            tokens: t.unwrap_or(0),
+            completion_tokens: c,
+            in_window: w.unwrap_or(false),
+            content,
+            reasoning,
         };
-        self.tokens += t;
-        self.usage += usage;
-        if in_window {
-            self.tokens_in_window += t;
-            self.usage_in_window += usage;
-            self.token_events_in_window += i64::from(t > 0);
-        }
-        self.first_chunk = min(self.first_chunk);
-        if content {
-            self.first_content = min(self.first_content);
-        }
-        if content || reasoning {
-            self.first_text = min(self.first_text);
-        }
-        if reasoning {
-            self.first_reasoning = min(self.first_reasoning);
-            self.reasoning_tokens += t;
-        }
-        if t > 0 {
-            self.first_token = min(self.first_token);
-            self.first_token_tokens.get_or_insert(t);
-            self.last_token = match (self.last_token, at) {
-                (Some(w), Some(a)) => Some(w.max(a)),
-                (w, a) => w.or(a),
-            };
-        }
-        if usage > 0 {
-            self.usage_first.get_or_insert(usage);
-        }
+        fold.push(row, out);
     }
-
-    fn finish(self, continuous: bool) -> TokenAgg {
-        TokenAgg {
-            tokens: self.tokens,
-            tokens_in_window: self.tokens_in_window,
-            token_events_in_window: self.token_events_in_window,
-            first_chunk_ns: self.first_chunk,
-            first_content_ns: self.first_content,
-            first_text_ns: self.first_text,
-            first_reasoning_ns: self.first_reasoning,
-            reasoning_tokens: self.reasoning_tokens,
-            first_token_ns: self.first_token,
-            first_token_tokens: self.first_token_tokens.unwrap_or(0),
-            last_token_ns: self.last_token,
-            usage: continuous.then_some(UsageCount {
-                tokens: self.usage,
-                tokens_in_window: self.usage_in_window,
-                first_token_tokens: self.usage_first.unwrap_or(0),
-            }),
-        }
-    }
-}
-
-/// The text of every request that has any, in stream order.
-fn texts(run: &Run, with_window: LazyFrame, out: &mut Loaded) -> Result<()> {
-    // Text of every request that has any, in stream order.
-    let text = with_window
-        .filter(
-            col("content")
-                .is_not_null()
-                .or(col("reasoning").is_not_null()),
-        )
-        .select([col("request_id"), col("content"), col("reasoning")])
-        .collect()
-        .map_err(perr(run))?;
-    let c = Cols { df: &text, run };
-    let ids = c.i64("request_id")?;
-    let content = text
-        .column("content")
-        .and_then(|c| c.str().cloned())
-        .map_err(perr(run))?;
-    let reasoning = text
-        .column("reasoning")
-        .and_then(|c| c.str().cloned())
-        .map_err(perr(run))?;
-    // The rows come sorted by request: each request's text is built up apart and put
-    // in the map once.
-    let mut current: Option<(i64, (String, String))> = None;
-    for ((id, c), r) in ids.into_iter().zip(content.iter()).zip(reasoning.iter()) {
-        let Some(id) = id else { continue };
-        if current.as_ref().is_some_and(|(at, _)| *at != id)
-            && let Some((done, text)) = current.take()
-        {
-            append(out.text.entry(done).or_default(), text);
-        }
-        let entry = &mut current.get_or_insert_with(|| (id, Default::default())).1;
-        if let Some(c) = c {
-            entry.0.push_str(c);
-        }
-        if let Some(r) = r {
-            entry.1.push_str(r);
-        }
-    }
-    if let Some((done, text)) = current {
-        append(out.text.entry(done).or_default(), text);
-    }
+    fold.finish(out);
     Ok(())
 }
-
-/// Appends a run of a request's text to what it has.
-fn append(to: &mut (String, String), (content, reasoning): (String, String)) {
-    if to.0.is_empty() && to.1.is_empty() {
-        *to = (content, reasoning);
-    } else {
-        to.0.push_str(&content);
-        to.1.push_str(&reasoning);
-    }
-}
-
-/// One scrape of one series: its end time and every label set's value.
-type ScrapeValues = (i64, Vec<(String, f64)>);
 
 fn load_metrics(run: &Run, metrics: LazyFrame, series: &[String], out: &mut Loaded) -> Result<()> {
     let Some(wanted) = series
@@ -880,8 +515,7 @@ fn load_metrics(run: &Run, metrics: LazyFrame, series: &[String], out: &mut Load
     let keys = c.keys()?;
     let (start, end) = (c.i64("scrape_start_ns")?, c.i64("scrape_end_ns")?);
     let (names, labels, values) = (c.str("name")?, c.str("labels")?, c.f64("value")?);
-    // (cell, name, start) -> (end, [(labels, value)]): label sets summed in label order.
-    let mut grouped: BTreeMap<(CellKey, String, i64), ScrapeValues> = BTreeMap::new();
+    let mut metrics = fold::MetricFold::default();
     for i in 0..df.height() {
         let (Some(key), Some(s), Some(e), Some(name), Some(v)) =
             (keys[i], start[i], end[i], names[i].clone(), values[i])
@@ -892,44 +526,8 @@ fn load_metrics(run: &Run, metrics: LazyFrame, series: &[String], out: &mut Load
                 format!("row {i}: a null in a never-null column"),
             ));
         };
-        let entry = grouped.entry((key, name, s)).or_insert((e, Vec::new()));
-        entry.1.push((labels[i].clone().unwrap_or_default(), v));
+        metrics.push(key, name, s, e, labels[i].clone().unwrap_or_default(), v);
     }
-    for ((key, name, start_ns), (end_ns, mut values)) in grouped {
-        values.sort_by(|a, b| a.0.cmp(&b.0));
-        let value = if name == protocol::CLIENT_LAG_METRIC {
-            // The recorder's own lag: the `stat="max"` summary is the series; the tick
-            // counts go to their own table.
-            let stat = |want: LagStat| {
-                values
-                    .iter()
-                    .find(|(l, _)| LagStat::from_labels(l) == Some(want))
-                    .map(|(_, v)| *v)
-            };
-            if let Some(ticks) = stat(LagStat::Ticks) {
-                out.tick_counts.entry(key).or_default().push(TickCounts {
-                    start_ns,
-                    end_ns,
-                    ticks,
-                    over: (0..protocol::LATE_TICK_MS.len())
-                        .map(|i| stat(LagStat::Over(i)).unwrap_or(0.0))
-                        .collect(),
-                });
-            }
-            stat(LagStat::Max).unwrap_or(f64::NAN)
-        } else {
-            values.iter().map(|(_, v)| *v).sum()
-        };
-        out.samples
-            .entry(key)
-            .or_default()
-            .entry(name)
-            .or_default()
-            .push(Sample {
-                start_ns,
-                end_ns,
-                value,
-            });
-    }
+    metrics.finish(out);
     Ok(())
 }

@@ -10,9 +10,9 @@ use proptest::prelude::*;
 use tokentrace_analyzer::rules;
 
 const BUILTIN: [&str; 3] = [
-    include_str!("../../rules/default.toml"),
-    include_str!("../../rules/reference-0.6.2.toml"),
-    include_str!("../../rules/default-1.1.0.toml"),
+    include_str!("../../../score/rules/default.toml"),
+    include_str!("../../../score/rules/reference-0.6.2.toml"),
+    include_str!("../../../score/rules/default-1.1.0.toml"),
 ];
 
 /// A built-in rule set with a few of its lines removed, repeated or given another value.

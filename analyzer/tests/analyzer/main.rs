@@ -2,6 +2,7 @@
 //! - `figures`: scored figures agree with the same figures computed row by row;
 //! - `verdicts`: each verdict fires on the cell built to trigger it, with its evidence;
 //! - `loops`: long cycles, a cycle beyond the cap, Unicode, chunking;
+//! - `read`: the polars loading and the row reader (live view, `watch`) agree;
 //! - `report`: the Markdown report's wording;
 //! - `fuzz`: property tests: any rules text loads or names its file;
 //! - `rules`: built-in rule sets, `extends`, and bad rule files;
@@ -13,6 +14,7 @@ mod figures;
 mod fuzz;
 mod interop;
 mod loops;
+mod read;
 mod report;
 mod rules;
 mod schema;

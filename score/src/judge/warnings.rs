@@ -11,7 +11,7 @@ use super::measure::{first_token, is_cold, ms, prompt_tokens, scored};
 use super::verdicts::suspect_in;
 use super::view::DecodeView;
 use crate::contract::{ColdRequest, Warning};
-use crate::load::RequestInfo;
+use crate::data::RequestInfo;
 use crate::rules::RuleSet;
 use crate::stats;
 

@@ -9,7 +9,7 @@ use tokentrace_schemas::tables::EventKind;
 use super::measure::{prompt_tokens, scout_ttft};
 use super::view::{DecodeView, PrefillView, Repeats};
 use crate::contract::{Evidence, LoopEvidence};
-use crate::load::RequestInfo;
+use crate::data::RequestInfo;
 use crate::loops::Repetition;
 use crate::rules::{ErrorScope, RuleSet};
 

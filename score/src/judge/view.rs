@@ -7,7 +7,7 @@ use tokentrace_schemas::layout::CellKey;
 use tokentrace_schemas::protocol::LATE_TICK_MS;
 use tokentrace_schemas::tables::Role;
 
-use crate::load::{EventInfo, Loaded, RequestInfo, Sample, TickCounts, TokenAgg};
+use crate::data::{EventInfo, Loaded, RequestInfo, Sample, TickCounts, TokenAgg};
 
 use crate::loops::{self, Repetition};
 use crate::presets::Preset;

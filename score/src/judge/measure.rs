@@ -7,7 +7,7 @@ use tokentrace_schemas::tables::EndReason;
 
 use super::view::{DecodeView, PrefillView, Stream};
 use crate::contract::{Figures, Summary, Verdict};
-use crate::load::{RequestInfo, TokenAgg};
+use crate::data::{RequestInfo, TokenAgg};
 use crate::rules::{ActiveSource, FirstToken, PerRequest, RuleSet, TbtDenominator};
 use crate::stats;
 

@@ -1,0 +1,136 @@
+//! The plain per-cell data every rule reads: request lifecycles, token aggregates,
+//! in-window gaps, gauge samples, lifecycle events and text. The analyzer builds it from
+//! a run folder with polars; the recorder builds it from the rows it writes.
+
+use std::collections::BTreeMap;
+
+use tokentrace_schemas::layout::CellKey;
+use tokentrace_schemas::tables::{EndReason, EventKind, Role};
+
+/// One request's lifecycle (from `requests`).
+#[derive(Debug, Clone)]
+pub struct RequestInfo {
+    pub request_id: i64,
+    pub key: CellKey,
+    pub role: Role,
+    pub end_reason: EndReason,
+    pub prompt_tokens_requested: i64,
+    pub prompt_tokens_server: Option<i64>,
+    /// Prompt tokens the server served from its prefix cache (when it said).
+    pub cached_tokens: Option<i64>,
+    /// When it was due: a rate cell's schedule; when it was run, for other cells.
+    pub scheduled_ns: i64,
+    pub sent_ns: Option<i64>,
+    pub end_ns: Option<i64>,
+    pub error: Option<String>,
+    /// The closed-loop worker that sent it (null for open-loop requests).
+    pub slot: Option<i64>,
+    pub max_tokens: Option<i64>,
+    /// The connection that carried it; whether it opened that connection (a new one, not
+    /// one reused); and how often it was sent again on a new connection. All null in
+    /// runs recorded before the recorder wrote its connection columns.
+    pub connection_id: Option<i64>,
+    pub opened_connection: Option<bool>,
+    pub retries: Option<i64>,
+}
+
+impl RequestInfo {
+    /// Whether a request opened its connection: one that got a connection (at
+    /// `connection_ns`) either opened it (a connect start) or reused an open one.
+    pub fn opened(connection_ns: Option<i64>, connect_start_ns: Option<i64>) -> Option<bool> {
+        connection_ns.map(|_| connect_start_ns.is_some())
+    }
+}
+
+/// One request's token aggregates (from `chunks`).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct TokenAgg {
+    /// Tokens over the whole stream.
+    pub tokens: i64,
+    /// Tokens that arrived inside the cell's window …
+    pub tokens_in_window: i64,
+    /// … and the events that carried them (the recorded count, whatever the rule set
+    /// counts tokens by).
+    pub token_events_in_window: i64,
+    pub first_chunk_ns: Option<i64>,
+    /// First event with answer text.
+    pub first_content_ns: Option<i64>,
+    /// First event with answer or reasoning text.
+    pub first_text_ns: Option<i64>,
+    /// First event with reasoning text.
+    pub first_reasoning_ns: Option<i64>,
+    /// Tokens of the events that carried reasoning text (the recorded count).
+    pub reasoning_tokens: i64,
+    /// First event carrying tokens, and how many it carried.
+    pub first_token_ns: Option<i64>,
+    pub first_token_tokens: i64,
+    pub last_token_ns: Option<i64>,
+    /// The same counts from the server's cumulative usage (its increases per event),
+    /// when every event that carried tokens also carried the cumulative count.
+    pub usage: Option<UsageCount>,
+}
+
+/// A request's token counts taken from the server's cumulative usage.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct UsageCount {
+    pub tokens: i64,
+    pub tokens_in_window: i64,
+    /// Of the first event that carried tokens.
+    pub first_token_tokens: i64,
+}
+
+/// One lifecycle mark.
+#[derive(Debug, Clone)]
+pub struct EventInfo {
+    pub time_ns: i64,
+    pub kind: EventKind,
+    pub detail: Option<String>,
+}
+
+/// One metric series' value at one scrape, summed over its label sets.
+#[derive(Debug, Clone)]
+pub struct Sample {
+    pub start_ns: i64,
+    pub end_ns: i64,
+    pub value: f64,
+}
+
+/// One second of the recorder's tick counts: how many ticks fired, and how many were
+/// later than each of `protocol::LATE_TICK_MS`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TickCounts {
+    pub start_ns: i64,
+    pub end_ns: i64,
+    pub ticks: f64,
+    pub over: Vec<f64>,
+}
+
+/// Everything of a run the rules look at, keyed by cell.
+#[derive(Debug, Default)]
+pub struct Loaded {
+    pub requests: BTreeMap<CellKey, Vec<RequestInfo>>,
+    pub tokens: BTreeMap<i64, TokenAgg>,
+    /// Per cell: gaps (ns) between consecutive token events of a request, the later one
+    /// inside the window.
+    pub gaps: BTreeMap<CellKey, Vec<i64>>,
+    /// Per cell: the recorder's queueing delay (ns) of every event inside the window.
+    pub queue_delays: BTreeMap<CellKey, Vec<i64>>,
+    pub events: BTreeMap<CellKey, Vec<EventInfo>>,
+    /// Per decode cell: (window_open, window_close); absent when the cell has no window.
+    pub windows: BTreeMap<CellKey, (i64, i64)>,
+    /// Per cell, per series name: samples in time order.
+    pub samples: BTreeMap<CellKey, BTreeMap<String, Vec<Sample>>>,
+    /// Per cell: the recorder's tick counts per second, in time order (runs recorded
+    /// before the recorder counted late ticks have none).
+    pub tick_counts: BTreeMap<CellKey, Vec<TickCounts>>,
+    /// Per request: (content, reasoning) text in stream order, for requests with text.
+    pub text: BTreeMap<i64, (String, String)>,
+    /// Per cell with GPU telemetry: its `gpu` rows in time order (cells recorded
+    /// without NVML have none).
+    pub gpu: BTreeMap<CellKey, Vec<tokentrace_schemas::tables::GpuRow>>,
+    /// Per replay cell: its workload's `replay` rows (request id order).
+    pub replay: BTreeMap<CellKey, Vec<tokentrace_schemas::tables::ReplayRow>>,
+    /// Per decode cell: its token events in time order, (arrival ns, tokens); loaded
+    /// only for the HTML page's drill-down traces (the analyzer's `Loads::Traces`).
+    pub timelines: BTreeMap<CellKey, Vec<(i64, i64)>>,
+}

@@ -1,0 +1,305 @@
+//! Rows into [`Loaded`]: the one place a cell's chunk, metric and event rows are reduced
+//! to what the rules read, whoever reads the rows (the analyzer's polars frames, or the
+//! trace's own reader in the recorder's live view and `watch`).
+
+use std::collections::{BTreeMap, HashMap};
+
+use tokentrace_schemas::layout::CellKey;
+use tokentrace_schemas::protocol::{self, LagStat};
+use tokentrace_schemas::tables::EventKind;
+
+use crate::data::{Loaded, Sample, TickCounts, TokenAgg, UsageCount};
+
+/// One chunk row as the fold reads it: the columns scoring needs, the text borrowed.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ChunkIn<'a> {
+    pub request_id: Option<i64>,
+    pub arrival_ns: Option<i64>,
+    pub queue_delay_ns: Option<i64>,
+    /// Tokens the event carried (null counts as 0).
+    pub tokens: i64,
+    /// The server's cumulative completion tokens after the event.
+    pub completion_tokens: Option<i64>,
+    /// Whether it arrived inside its cell's window.
+    pub in_window: bool,
+    pub content: Option<&'a str>,
+    pub reasoning: Option<&'a str>,
+}
+
+/// Folds chunk rows, sorted by request and then position, into per-request token
+/// aggregates, per-cell in-window gaps and queueing delays, and per-request text, in one
+/// pass ([`ChunkFold::push`] each row, then [`ChunkFold::finish`]).
+#[derive(Debug)]
+pub struct ChunkFold<'o> {
+    /// Each request's cell.
+    owner: &'o HashMap<i64, CellKey>,
+    current: Option<(i64, Agg)>,
+    /// The last token event: (request, arrival).
+    last_token: Option<(i64, Option<i64>)>,
+}
+
+impl<'o> ChunkFold<'o> {
+    /// A fold that files rows under the cell `owner` gives each request.
+    pub fn new(owner: &'o HashMap<i64, CellKey>) -> Self {
+        ChunkFold {
+            owner,
+            current: None,
+            last_token: None,
+        }
+    }
+
+    /// Adds the next row (rows of a request together, in stream order).
+    pub fn push(&mut self, row: ChunkIn<'_>, out: &mut Loaded) {
+        let (id, at, t, in_window) = (row.request_id, row.arrival_ns, row.tokens, row.in_window);
+        let key = id.and_then(|id| self.owner.get(&id));
+        if in_window && let (Some(key), Some(d)) = (key, row.queue_delay_ns) {
+            out.queue_delays.entry(*key).or_default().push(d);
+        }
+        if t > 0 {
+            if in_window
+                && let (Some(id), Some((last_id, Some(last_at))), Some(at), Some(key)) =
+                    (id, self.last_token, at, key)
+                && last_id == id
+            {
+                out.gaps.entry(*key).or_default().push(at - last_at);
+            }
+            self.last_token = id.map(|id| (id, at));
+        }
+        let Some(id) = id else { return };
+        if self.current.as_ref().is_some_and(|(c, _)| *c != id)
+            && let Some((done, agg)) = self.current.take()
+        {
+            agg.finish(done, out);
+        }
+        let a = &mut self.current.get_or_insert_with(|| (id, Agg::default())).1;
+        a.add(&row);
+    }
+
+    /// Files the last request's aggregates.
+    pub fn finish(mut self, out: &mut Loaded) {
+        if let Some((done, agg)) = self.current.take() {
+            agg.finish(done, out);
+        }
+    }
+}
+
+/// One request's token aggregates being summed up, row by row in stream order.
+#[derive(Debug, Default)]
+struct Agg {
+    tokens: i64,
+    tokens_in_window: i64,
+    token_events_in_window: i64,
+    first_chunk: Option<i64>,
+    first_content: Option<i64>,
+    first_text: Option<i64>,
+    first_reasoning: Option<i64>,
+    reasoning_tokens: i64,
+    first_token: Option<i64>,
+    first_token_tokens: Option<i64>,
+    last_token: Option<i64>,
+    /// The highest cumulative count seen, and what its increases add up to (in all,
+    /// in the window, of the first increase).
+    usage_last: i64,
+    usage: i64,
+    usage_in_window: i64,
+    usage_first: Option<i64>,
+    /// Whether some token event carried the cumulative count, and whether one did not.
+    usage_seen: bool,
+    usage_broken: bool,
+    /// (content, reasoning) text, when some row had either.
+    text: Option<(String, String)>,
+}
+
+impl Agg {
+    fn add(&mut self, row: &ChunkIn<'_>) {
+        let (at, t, in_window) = (row.arrival_ns, row.tokens, row.in_window);
+        let content = row.content.is_some_and(|c| !c.is_empty());
+        let reasoning = row.reasoning.is_some_and(|r| !r.is_empty());
+        // The increase of the cumulative count over its last earlier value.
+        let usage = match row.completion_tokens {
+            Some(v) => {
+                let up = (v - self.usage_last).max(0);
+                self.usage_last = self.usage_last.max(v);
+                up
+            }
+            None => 0,
+        };
+        if t > 0 {
+            match row.completion_tokens {
+                Some(_) => self.usage_seen = true,
+                None => self.usage_broken = true,
+            }
+        }
+        let min = |was: Option<i64>| match (was, at) {
+            (Some(w), Some(a)) => Some(w.min(a)),
+            (w, a) => w.or(a),
+        };
+        self.tokens += t;
+        self.usage += usage;
+        if in_window {
+            self.tokens_in_window += t;
+            self.usage_in_window += usage;
+            self.token_events_in_window += i64::from(t > 0);
+        }
+        self.first_chunk = min(self.first_chunk);
+        if content {
+            self.first_content = min(self.first_content);
+        }
+        if content || reasoning {
+            self.first_text = min(self.first_text);
+        }
+        if reasoning {
+            self.first_reasoning = min(self.first_reasoning);
+            self.reasoning_tokens += t;
+        }
+        if t > 0 {
+            self.first_token = min(self.first_token);
+            self.first_token_tokens.get_or_insert(t);
+            self.last_token = match (self.last_token, at) {
+                (Some(w), Some(a)) => Some(w.max(a)),
+                (w, a) => w.or(a),
+            };
+        }
+        if usage > 0 {
+            self.usage_first.get_or_insert(usage);
+        }
+        if row.content.is_some() || row.reasoning.is_some() {
+            let text = self.text.get_or_insert_with(Default::default);
+            text.0.push_str(row.content.unwrap_or(""));
+            text.1.push_str(row.reasoning.unwrap_or(""));
+        }
+    }
+
+    fn finish(self, id: i64, out: &mut Loaded) {
+        if let Some(text) = self.text {
+            append(out.text.entry(id).or_default(), text);
+        }
+        // Usage counts only when every event that carried tokens carried the count.
+        let continuous = self.usage_seen && !self.usage_broken;
+        let agg = TokenAgg {
+            tokens: self.tokens,
+            tokens_in_window: self.tokens_in_window,
+            token_events_in_window: self.token_events_in_window,
+            first_chunk_ns: self.first_chunk,
+            first_content_ns: self.first_content,
+            first_text_ns: self.first_text,
+            first_reasoning_ns: self.first_reasoning,
+            reasoning_tokens: self.reasoning_tokens,
+            first_token_ns: self.first_token,
+            first_token_tokens: self.first_token_tokens.unwrap_or(0),
+            last_token_ns: self.last_token,
+            usage: continuous.then_some(UsageCount {
+                tokens: self.usage,
+                tokens_in_window: self.usage_in_window,
+                first_token_tokens: self.usage_first.unwrap_or(0),
+            }),
+        };
+        out.tokens.insert(id, agg);
+    }
+}
+
+/// Appends a run of a request's text to what it has (a request whose rows were not all
+/// together comes in more than one run).
+fn append(to: &mut (String, String), (content, reasoning): (String, String)) {
+    if to.0.is_empty() && to.1.is_empty() {
+        *to = (content, reasoning);
+    } else {
+        to.0.push_str(&content);
+        to.1.push_str(&reasoning);
+    }
+}
+
+/// Metric rows of the wanted series, grouped by cell, series and scrape, into
+/// [`Loaded::samples`] (label sets summed, in label order) and the recorder's own lag
+/// series into [`Loaded::tick_counts`].
+#[derive(Debug, Default)]
+pub struct MetricFold {
+    /// (cell, name, scrape start) -> (scrape end, [(labels, value)]).
+    grouped: BTreeMap<(CellKey, String, i64), ScrapeValues>,
+}
+
+/// One scrape of one series: its end time and every label set's value.
+type ScrapeValues = (i64, Vec<(String, f64)>);
+
+impl MetricFold {
+    /// Adds one sample (rows in any order).
+    pub fn push(
+        &mut self,
+        key: CellKey,
+        name: String,
+        start: i64,
+        end: i64,
+        labels: String,
+        value: f64,
+    ) {
+        let entry = self
+            .grouped
+            .entry((key, name, start))
+            .or_insert((end, Vec::new()));
+        entry.1.push((labels, value));
+    }
+
+    /// Files every scrape's value, in time order.
+    pub fn finish(self, out: &mut Loaded) {
+        for ((key, name, start_ns), (end_ns, mut values)) in self.grouped {
+            values.sort_by(|a, b| a.0.cmp(&b.0));
+            let value = if name == protocol::CLIENT_LAG_METRIC {
+                // The recorder's own lag: the `stat="max"` summary is the series; the
+                // tick counts go to their own table.
+                let stat = |want: LagStat| {
+                    values
+                        .iter()
+                        .find(|(l, _)| LagStat::from_labels(l) == Some(want))
+                        .map(|(_, v)| *v)
+                };
+                if let Some(ticks) = stat(LagStat::Ticks) {
+                    out.tick_counts.entry(key).or_default().push(TickCounts {
+                        start_ns,
+                        end_ns,
+                        ticks,
+                        over: (0..protocol::LATE_TICK_MS.len())
+                            .map(|i| stat(LagStat::Over(i)).unwrap_or(0.0))
+                            .collect(),
+                    });
+                }
+                stat(LagStat::Max).unwrap_or(f64::NAN)
+            } else {
+                values.iter().map(|(_, v)| *v).sum()
+            };
+            out.samples
+                .entry(key)
+                .or_default()
+                .entry(name)
+                .or_default()
+                .push(Sample {
+                    start_ns,
+                    end_ns,
+                    value,
+                });
+        }
+    }
+}
+
+/// With every cell's events in [`Loaded::events`]: puts them in time order and finds
+/// each cell's measurement window (first open to last close).
+pub fn settle_events(out: &mut Loaded) {
+    for (key, v) in &mut out.events {
+        v.sort_by_key(|e| e.time_ns);
+        let at = |kind| v.iter().filter(move |e| e.kind == kind).map(|e| e.time_ns);
+        if let (Some(open), Some(close)) = (
+            at(EventKind::WindowOpen).min(),
+            at(EventKind::WindowClose).max(),
+        ) && close >= open
+        {
+            out.windows.insert(*key, (open, close));
+        }
+    }
+}
+
+/// Whether `at` lies inside `key`'s window (a cell without one has no row inside).
+pub fn in_window(out: &Loaded, key: Option<&CellKey>, at: Option<i64>) -> bool {
+    match (key.and_then(|k| out.windows.get(k)), at) {
+        (Some((open, close)), Some(at)) => at >= *open && at <= *close,
+        _ => false,
+    }
+}

@@ -1,0 +1,319 @@
+//! Scoring of loaded cells: each complete cell is viewed once (`view.rs`), measured
+//! (`measure.rs`), and judged by the verdict rules (`verdicts.rs`) and the warning rules
+//! (`warnings.rs`), one function per rule. The same code scores offline and live.
+
+mod capacity;
+pub mod content;
+mod measure;
+mod verdicts;
+mod view;
+mod warnings;
+
+use std::collections::BTreeMap;
+
+use tokentrace_schemas::layout::{CellKey, Phase};
+use tokentrace_schemas::manifest::{CellStatus, Manifest, PrefillMode};
+
+use crate::contract::{
+    CellScore, CellScoreState, Evidence, FORMAT, FORMAT_VERSION, RunInfo, Scoring, Verdict,
+};
+use crate::data::Loaded;
+use crate::presets::Preset;
+use crate::rules::RuleSet;
+use view::{DecodeView, PrefillView};
+
+/// At most this many evidence items per rule are kept; the rest are counted.
+pub const MAX_EVIDENCE: usize = 10;
+
+/// One cell folder as the scorer sees it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Cell {
+    /// Committed: scored from what `loaded` holds for it.
+    Complete(CellKey),
+    /// Present but not scorable, and why.
+    Incomplete(CellKey, String),
+}
+
+impl Cell {
+    pub fn key(&self) -> CellKey {
+        match self {
+            Cell::Complete(key) | Cell::Incomplete(key, _) => *key,
+        }
+    }
+}
+
+/// Scores `cells` of the run `m` describes from `loaded` under `rules`, the gauges read
+/// as `preset` names them. Cells the manifest lists without a folder in `cells` keep the
+/// manifest's status.
+pub fn scoring(
+    m: &Manifest,
+    cells_seen: &[Cell],
+    loaded: &Loaded,
+    rules: &RuleSet,
+    preset: Preset,
+) -> Scoring {
+    // Every cell the manifest lists, and any folder it does not.
+    let mut cells: BTreeMap<CellKey, CellScore> = BTreeMap::new();
+    for entry in &m.cells {
+        cells.insert(
+            entry.key(),
+            unscored(entry.key(), entry.status, entry.reason.clone()),
+        );
+    }
+    for state in cells_seen {
+        match state {
+            Cell::Complete(key) => {
+                let s = match key.phase {
+                    Phase::Prefill => score_prefill(PrefillView::new(*key, loaded), rules),
+                    Phase::Decode => match DecodeView::new(*key, loaded, rules, &preset) {
+                        Some(v) => score_decode(&v, rules),
+                        None => no_window(*key),
+                    },
+                    Phase::Burst | Phase::Rate => {
+                        match DecodeView::new(*key, loaded, rules, &preset) {
+                            Some(v) => score_open(&v, rules),
+                            None => no_window(*key),
+                        }
+                    }
+                    Phase::Replay => match DecodeView::new(*key, loaded, rules, &preset) {
+                        Some(v) => score_replay(
+                            &v,
+                            loaded.replay.get(key).map_or(&[], Vec::as_slice),
+                            rules,
+                        ),
+                        None => no_window(*key),
+                    },
+                };
+                cells.insert(*key, s);
+            }
+            Cell::Incomplete(key, reason) => {
+                cells.insert(
+                    *key,
+                    new_cell(*key, CellScoreState::Incomplete, Some(reason.clone())),
+                );
+            }
+        }
+    }
+    // A queued cell's evidence names the KV-cache budget when the engine reported one.
+    if let Some(f) = m.facts.iter().find(|f| f.key == "engine.kv_cache_tokens")
+        && let Ok(budget) = f.value.trim().parse::<u64>()
+    {
+        for c in cells
+            .values_mut()
+            .filter(|c| c.verdict == Some(Verdict::RequestsQueued))
+        {
+            c.evidence.push(Evidence::KvBudget {
+                need_tokens: u64::from(c.context) * u64::from(c.concurrency),
+                budget_tokens: budget,
+                source: f.source.clone(),
+            });
+        }
+    }
+    // Measured during decode warm-up: each context's prefill is the first request of
+    // its first complete decode cell.
+    let prefill_mode = m.config.prefill_mode.unwrap_or(PrefillMode::Scout);
+    if prefill_mode == PrefillMode::Warmup {
+        for &context in &m.config.contexts {
+            let first = cells_seen
+                .iter()
+                .filter_map(|c| match c {
+                    Cell::Complete(key) if key.phase == Phase::Decode && key.context == context => {
+                        Some(*key)
+                    }
+                    _ => None,
+                })
+                .min_by_key(|k| k.concurrency);
+            if let Some(decode) = first {
+                let key = CellKey::new(Phase::Prefill, context, 1);
+                let view = PrefillView::first_of(key, decode, loaded);
+                cells.insert(key, score_prefill(view, rules));
+            }
+        }
+    }
+    let mut cells: Vec<CellScore> = cells.into_values().collect();
+    let rate_capacity = capacity::judge(&mut cells, rules);
+    Scoring {
+        format: FORMAT.to_string(),
+        format_version: FORMAT_VERSION,
+        scored_by: format!("tokentrace {}", tokentrace_schemas::TOOL_VERSION),
+        rules: rules.clone(),
+        metrics: preset,
+        run: RunInfo {
+            run_id: m.run_id.clone(),
+            started_utc: m.clock.utc_at_zero.clone(),
+            recorded_by: m.tool.label(),
+            model: m.model.clone(),
+            engine: m.engine.name.clone(),
+            engine_version: m.engine.version.clone(),
+            engine_details: m.engine.details.clone(),
+            hardware: m.hardware.clone(),
+            launch_command: m.launch_command.clone(),
+            target: m.target.url.clone(),
+            endpoint: m.config.endpoint,
+            window_s: m.config.window_ns as f64 / 1e9,
+            max_tokens: m.config.max_tokens,
+            ignore_eos: m.config.ignore_eos,
+            token_counting: m.capabilities.token_counting,
+            server_metrics: m.capabilities.metrics,
+            prefill_mode,
+            facts: m.facts.clone(),
+            gpu_telemetry: !loaded.gpu.is_empty(),
+            burst_requests: m.config.burst.as_ref().map(|b| b.requests),
+            rate: m.config.rate.clone(),
+            replay: m.config.replay.clone(),
+        },
+        cells,
+        rate_capacity,
+    }
+}
+
+/// A cell in `state` (the scorers fill in verdict and figures of `complete` ones).
+fn new_cell(key: CellKey, state: CellScoreState, reason: Option<String>) -> CellScore {
+    CellScore {
+        phase: key.phase,
+        context: key.context,
+        concurrency: key.concurrency,
+        rate: key.rate,
+        replay: key.replay,
+        state,
+        reason,
+        verdict: None,
+        evidence: Vec::new(),
+        evidence_omitted: 0,
+        warnings: Vec::new(),
+        figures: None,
+    }
+}
+
+/// A cell as the manifest lists it, before any folder is looked at: one listed complete
+/// has lost its folder unless a complete folder replaces this entry.
+fn unscored(key: CellKey, status: CellStatus, reason: Option<String>) -> CellScore {
+    if status == CellStatus::Complete {
+        new_cell(
+            key,
+            CellScoreState::Incomplete,
+            reason.or_else(|| {
+                Some(
+                    "the manifest lists the cell as complete but its folder is missing".to_string(),
+                )
+            }),
+        )
+    } else {
+        new_cell(key, status.into(), reason)
+    }
+}
+
+/// Keeps the first [`MAX_EVIDENCE`] items; returns how many were left out.
+fn capped<T>(mut items: Vec<T>) -> (Vec<T>, usize) {
+    let omitted = items.len().saturating_sub(MAX_EVIDENCE);
+    items.truncate(MAX_EVIDENCE);
+    (items, omitted)
+}
+
+/// The worst verdict the evidence supports; Valid without any.
+fn verdict(evidence: &[Evidence]) -> Verdict {
+    evidence
+        .iter()
+        .map(Evidence::verdict)
+        .max()
+        .unwrap_or(Verdict::Valid)
+}
+
+fn score_prefill(v: PrefillView, rules: &RuleSet) -> CellScore {
+    let mut cell = new_cell(v.key, CellScoreState::Complete, None);
+    let evidence: Vec<Evidence> = verdicts::PREFILL
+        .iter()
+        .flat_map(|rule| rule(&v, rules))
+        .collect();
+    cell.verdict = Some(verdict(&evidence));
+    cell.evidence = evidence;
+    cell.figures = Some(measure::prefill(&v, rules));
+    cell
+}
+
+/// A decode cell without a measurement window: Error.
+fn no_window(key: CellKey) -> CellScore {
+    let mut cell = new_cell(key, CellScoreState::Complete, None);
+    cell.verdict = Some(Verdict::Error);
+    cell.evidence.push(Evidence::Missing {
+        what: "no measurement window (window_open/window_close events)".to_string(),
+    });
+    cell
+}
+
+fn score_decode(v: &DecodeView, rules: &RuleSet) -> CellScore {
+    let mut cell = new_cell(v.key, CellScoreState::Complete, None);
+    for rule in verdicts::DECODE {
+        let (kept, omitted) = capped(rule(v, rules));
+        cell.evidence.extend(kept);
+        cell.evidence_omitted += omitted;
+    }
+    for rule in warnings::DECODE {
+        cell.warnings.extend(capped(rule(v, rules)).0);
+    }
+    cell.verdict = Some(verdict(&cell.evidence));
+    cell.figures = Some(measure::decode(v, rules));
+    cell
+}
+
+/// A burst or rate cell: every measured request ran to completion inside the window, so
+/// failed streams and loops are judged, not queueing (a burst's tail runs fewer than N
+/// streams by design, and a rate cell's queueing is what it measures).
+fn score_open(v: &DecodeView, rules: &RuleSet) -> CellScore {
+    let mut cell = new_cell(v.key, CellScoreState::Complete, None);
+    for rule in verdicts::OPEN {
+        let (kept, omitted) = capped(rule(v, rules));
+        cell.evidence.extend(kept);
+        cell.evidence_omitted += omitted;
+    }
+    for rule in warnings::OPEN {
+        cell.warnings.extend(capped(rule(v, rules)).0);
+    }
+    let verdict = verdict(&cell.evidence);
+    cell.verdict = Some(verdict);
+    let mut figures = measure::open(v, rules);
+    if v.key.phase == Phase::Rate {
+        (figures.slo_met, figures.slo_misses) = measure::slo(v, rules, &figures, verdict);
+    }
+    cell.figures = Some(figures);
+    cell
+}
+
+/// A replay cell: judged as a rate cell (failed streams, loops, the SLO), warned of as
+/// one but for its schedule (see [`warnings::REPLAY`]), with goodput and the prefix
+/// cache against the workload's sharing.
+fn score_replay(
+    v: &DecodeView,
+    rows: &[tokentrace_schemas::tables::ReplayRow],
+    rules: &RuleSet,
+) -> CellScore {
+    let mut cell = new_cell(v.key, CellScoreState::Complete, None);
+    for rule in verdicts::OPEN {
+        let (kept, omitted) = capped(rule(v, rules));
+        cell.evidence.extend(kept);
+        cell.evidence_omitted += omitted;
+    }
+    for rule in warnings::REPLAY {
+        cell.warnings.extend(capped(rule(v, rules)).0);
+    }
+    let skipped: Vec<&tokentrace_schemas::tables::ReplayRow> =
+        rows.iter().filter(|r| r.skipped.is_some()).collect();
+    if let Some(first) = skipped.first() {
+        cell.warnings.push(crate::contract::Warning::ReplaySkipped {
+            skipped: skipped.len(),
+            of: rows.len(),
+            first: format!(
+                "source row {}: {}",
+                first.source_row,
+                first.skipped.as_deref().unwrap_or("")
+            ),
+        });
+    }
+    let verdict = verdict(&cell.evidence);
+    cell.verdict = Some(verdict);
+    let mut figures = measure::open(v, rules);
+    measure::replay(v, rows, &mut figures);
+    (figures.slo_met, figures.slo_misses) = measure::slo(v, rules, &figures, verdict);
+    cell.figures = Some(figures);
+    cell
+}

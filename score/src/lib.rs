@@ -1,0 +1,21 @@
+//! tokentrace scoring without polars: the rule sets, the per-cell scorer (one function
+//! per verdict rule and warning), the loop finder and the scoring contract, over plain
+//! per-cell data ([`data::Loaded`]). The analyzer builds that data from a run folder;
+//! the recorder builds it from the rows it writes, for the live view's hints.
+
+pub mod contract;
+pub mod data;
+pub mod error;
+pub mod figures;
+pub mod fold;
+pub mod judge;
+pub mod loops;
+pub mod numbers;
+pub mod presets;
+pub mod read;
+pub mod rules;
+pub mod stats;
+
+pub use contract::Scoring;
+pub use error::{Error, Result};
+pub use rules::RuleSet;
