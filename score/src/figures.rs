@@ -4,8 +4,51 @@
 
 use tokentrace_schemas::layout::Phase;
 
-use crate::contract::Figures;
+use crate::contract::{CellScore, Figures, Verdict};
 use crate::numbers::{fixed, ms_whole, rate, thousands};
+
+/// What a report shows for a figure it does not have.
+pub const DASH: &str = "—";
+
+/// `v` as `f` writes it, or [`DASH`].
+pub fn opt(v: Option<f64>, f: impl Fn(f64) -> String) -> String {
+    v.map(f).unwrap_or_else(|| DASH.to_string())
+}
+
+/// A cell's figures when its verdict lets them be shown.
+pub fn shown(c: &CellScore) -> Option<&Figures> {
+    c.figures
+        .as_ref()
+        .filter(|_| c.verdict.is_some_and(Verdict::shows_figures))
+}
+
+/// A decode matrix cell's parts when it shows figures: total tok/s, the verdict when not
+/// Valid, and "N ms TTFT" (median), as the report and the live view show them.
+pub fn matrix_parts(c: &CellScore) -> Option<(String, Option<Verdict>, String)> {
+    let (v, f) = (c.verdict?, shown(c)?);
+    Some((
+        opt(f.total_tok_s, |x| rate(x, false)),
+        (v != Verdict::Valid).then_some(v),
+        format!("{} TTFT", opt(f.ttft_ms.median, ms_whole)),
+    ))
+}
+
+/// A matrix cell's text: total tok/s, the verdict when not Valid, median TTFT; or the
+/// cell's state when it was not scored; a dash for no cell.
+pub fn matrix_text(cell: Option<&CellScore>) -> String {
+    match cell {
+        None => DASH.to_string(),
+        Some(c) => match matrix_parts(c) {
+            Some((rate, verdict, ttft)) => {
+                let mut parts = vec![rate];
+                parts.extend(verdict.map(|v| v.label().to_string()));
+                parts.push(ttft);
+                parts.join(" · ")
+            }
+            None => c.status_label(),
+        },
+    }
+}
 
 /// One figure of one cell.
 #[derive(Debug, Clone, PartialEq)]

@@ -9,6 +9,7 @@ pub mod error;
 pub mod figures;
 pub mod fold;
 pub mod judge;
+pub mod live;
 pub mod loops;
 pub mod numbers;
 pub mod presets;

@@ -18,20 +18,10 @@ use crate::figures::{Column, FIGURES, Figure};
 use crate::numbers::{context_label, fixed, ms_whole, rate, thousands};
 use crate::rules::TokenCount;
 
-pub(crate) const DASH: &str = "—";
+pub(crate) use crate::figures::{DASH, matrix_text, opt, shown};
 
 fn dash() -> String {
     DASH.to_string()
-}
-
-pub(crate) fn opt(v: Option<f64>, f: impl Fn(f64) -> String) -> String {
-    v.map(f).unwrap_or_else(|| DASH.to_string())
-}
-
-pub(crate) fn shown(c: &CellScore) -> Option<&Figures> {
-    c.figures
-        .as_ref()
-        .filter(|_| c.verdict.is_some_and(Verdict::shows_figures))
 }
 
 /// The model's name for titles: the file name when the served id is a file path (as
@@ -416,32 +406,10 @@ pub(crate) fn decode_cell(s: &Scoring, context: u32, concurrency: u32) -> Option
         .find(|c| c.phase == Phase::Decode && c.context == context && c.concurrency == concurrency)
 }
 
-/// A matrix cell's text: total tok/s, the verdict when not Valid, median TTFT; or the
-/// cell's state when it was not scored.
-pub(crate) fn matrix_text(cell: Option<&CellScore>) -> String {
-    match cell {
-        None => DASH.to_string(),
-        Some(c) => match matrix_parts(c) {
-            Some((rate, verdict, ttft)) => {
-                let mut parts = vec![rate];
-                parts.extend(verdict.map(str::to_string));
-                parts.push(ttft);
-                parts.join(" · ")
-            }
-            None => c.status_label(),
-        },
-    }
-}
-
 /// A matrix cell's parts when it shows figures: total tok/s, the verdict's label when
 /// not Valid, and "N ms TTFT".
 pub(crate) fn matrix_parts(c: &CellScore) -> Option<(String, Option<&'static str>, String)> {
-    let (v, f) = (c.verdict?, shown(c)?);
-    Some((
-        opt(f.total_tok_s, |x| rate(x, false)),
-        (v != Verdict::Valid).then(|| v.label()),
-        format!("{} TTFT", opt(f.ttft_ms.median, ms_whole)),
-    ))
+    crate::figures::matrix_parts(c).map(|(rate, v, ttft)| (rate, v.map(Verdict::label), ttft))
 }
 
 /// The lines under the decode matrix: the legend of the verdicts it shows, and what its
