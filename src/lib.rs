@@ -7,6 +7,7 @@ pub mod check;
 pub mod remote;
 pub mod reparse;
 pub mod sim;
+pub mod watch;
 
 use std::process::ExitCode;
 
@@ -50,6 +51,9 @@ pub enum Command {
     Reparse(reparse::ReparseArgs),
     /// Serve the simulated inference engine (OpenAI-compatible, vLLM metrics) until Ctrl-C.
     Sim(sim::SimArgs),
+    /// Follow a run being recorded elsewhere (a folder or the `s3://` prefix its recorder
+    /// uploads to) in the recorder's live view, read-only, until it is complete or `q`.
+    Watch(watch::WatchArgs),
 }
 
 /// `tokentrace record`: the recorder's options, and the built-in simulator to record
@@ -83,6 +87,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Rescore(args) => analyze::rescore(&args, &mut std::io::stdout().lock()),
         Command::Diff(args) => analyze::diff(&args, &mut std::io::stdout().lock()),
         Command::Reparse(args) => reparse::run(&args, &mut std::io::stdout().lock()),
+        Command::Watch(args) => watch::run(&args),
     }
 }
 

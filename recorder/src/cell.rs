@@ -89,6 +89,10 @@ pub struct RunCtx {
     pub writers: Arc<Writers>,
     /// GPU telemetry, sampled with every scrape; `None` without NVML.
     pub gpus: Option<Arc<dyn crate::gpu::GpuSource>>,
+    /// The user's keys (skip the cell under way).
+    pub steer: Arc<crate::steer::Steer>,
+    /// What the live view shows of the server's gauges, from each scrape.
+    pub feed: Arc<crate::gauges::Feed>,
 }
 
 /// The cell writers of a recording session: how many still run, and whether the session
@@ -142,6 +146,40 @@ struct Cell {
     pacer: Pacer,
     /// Told once when the pacer gives up.
     gave_up: Notify,
+    /// The task that gives the cell up when the user skips it (ended with the cell).
+    skip_watch: std::sync::OnceLock<tokio::task::JoinHandle<()>>,
+}
+
+impl Drop for Cell {
+    fn drop(&mut self) {
+        if let Some(w) = self.skip_watch.get() {
+            w.abort();
+        }
+    }
+}
+
+/// Why a cell the user skipped ends.
+pub const SKIPPED_BY_USER: &str = "skipped by the user";
+
+/// Gives `cell` up when the user skips it (the screen's `s`); holds it weakly, so that
+/// the cell ends and drops as it would.
+fn watch_skip(cell: &Arc<Cell>) {
+    let mut skips = cell.ctx.steer.skips();
+    skips.borrow_and_update();
+    let weak = Arc::downgrade(cell);
+    let task = tokio::spawn(async move {
+        if skips.changed().await.is_ok()
+            && let Some(cell) = weak.upgrade()
+        {
+            cell.pacer.give_up(GaveUp {
+                message: SKIPPED_BY_USER.to_string(),
+                permanent: false,
+                by_user: true,
+            });
+            cell.gave_up.notify_one();
+        }
+    });
+    let _ = cell.skip_watch.set(task);
 }
 
 impl Cell {
@@ -215,6 +253,7 @@ impl Cell {
             if let Ok(rows) = tokio::task::spawn_blocking(move || gpus.sample(clock.now_ns())).await
                 && !rows.is_empty()
             {
+                self.ctx.feed.gpu(&rows);
                 let _ = self.tx.send(Record::Gpu(rows)).await;
             }
         }
@@ -233,6 +272,7 @@ impl Cell {
         {
             Ok(rows) => {
                 let rw = running_waiting(&rows);
+                self.ctx.feed.scraped(&rows);
                 let _ = self.tx.send(Record::Metrics(rows)).await;
                 rw
             }
@@ -487,7 +527,9 @@ async fn start(
         next_id: AtomicI64::new(plan.first_request_id),
         pacer: Pacer::new(),
         gave_up: Notify::new(),
+        skip_watch: std::sync::OnceLock::new(),
     });
+    watch_skip(&cell);
     cell.event(EventKind::CellStart, None, Some(plan.key.to_string()))
         .await;
     for r in &plan.preamble {
@@ -735,6 +777,7 @@ pub async fn record_decode(
             let why = cell.pacer.gave_up().unwrap_or(GaveUp {
                 message: "the server refused too many requests".to_string(),
                 permanent: false,
+                by_user: false,
             });
             return give_up(cell, handle, why).await;
         }

@@ -223,6 +223,16 @@ pub struct RecordArgs {
     /// File holding the API key, instead of the environment.
     #[arg(long)]
     pub api_key_file: Option<PathBuf>,
+    /// How to show the recording: `screen` (full screen: the tables filling in, the
+    /// server's gauges, the event log; keys q stop, s skip the cell, p pause), `live`
+    /// (compact, in place) or `plain` (lines) [default: screen on a terminal, plain off
+    /// one].
+    #[arg(long, value_enum)]
+    pub display: Option<crate::view::DisplayMode>,
+    /// With --resume: record again the cells skipped with the screen's `s` (they stay
+    /// skipped without it).
+    #[arg(long)]
+    pub retry_skipped: bool,
 }
 
 /// A command line that cannot be recorded: one line, exit code 2, nothing written.
@@ -535,6 +545,9 @@ impl RecordArgs {
             prefill_mode: self.prefill_mode,
             progress: Default::default(),
             writers: Default::default(),
+            steer: Default::default(),
+            feed: Default::default(),
+            retry_skipped: self.retry_skipped,
             upload: self.upload.clone(),
             skip_over_capacity: self.skip_over_capacity,
             modes: self.modes(),
@@ -686,9 +699,13 @@ pub fn run_at(
         {
             opts.gpus = g;
         }
-        let display = Display::new(opts.progress.clone());
+        let (mode, note) = crate::view::choose(args.display);
+        if let Some(n) = note {
+            eprintln!("{n}");
+        }
+        let mut view = crate::view::View::new(mode, &opts);
         let outcome = tokio::select! {
-            r = runner::record(&opts, |p| display.show(p)) => {
+            r = runner::record(&opts, |p| view.show(p)) => {
                 r.map(|m| if opts.plan_only {
                     Outcome::Planned(Box::new(m))
                 } else {
@@ -697,8 +714,15 @@ pub fn run_at(
                 .map_err(|e| e.to_string())
             }
             _ = tokio::signal::ctrl_c() => Ok(Outcome::Interrupted(Vec::new())),
+            () = opts.steer.quit.notified() => Ok(Outcome::Interrupted(Vec::new())),
         };
-        display.finish();
+        view.finish(match &outcome {
+            Ok(Outcome::Interrupted(_)) => Some(
+                "stopped: the cell under way is not kept; finish the run with --resume".to_string(),
+            ),
+            Ok(_) => Some("finished".to_string()),
+            Err(e) => Some(format!("stopped: {e}")),
+        });
         if matches!(outcome, Ok(Outcome::Interrupted(_))) {
             // A commit already under way finishes (its writer is a thread of its own);
             // a cell that had not reached its commit is dropped. Then the manifest is
@@ -715,91 +739,6 @@ pub fn run_at(
         }
         outcome
     })
-}
-
-/// Progress on the terminal: a bar for the matrix and a line for the current cell with
-/// live tok/s and time in cell (indicatif); plain lines when stderr is not a terminal.
-struct Display {
-    bars: Option<(
-        indicatif::MultiProgress,
-        indicatif::ProgressBar,
-        indicatif::ProgressBar,
-    )>,
-    ticker: Option<tokio::task::JoinHandle<()>>,
-}
-
-impl Display {
-    fn new(tokens: std::sync::Arc<std::sync::atomic::AtomicU64>) -> Self {
-        use std::io::IsTerminal;
-        if !std::io::stderr().is_terminal() {
-            return Display {
-                bars: None,
-                ticker: None,
-            };
-        }
-        let multi = indicatif::MultiProgress::new();
-        let matrix = multi.add(indicatif::ProgressBar::new(0));
-        matrix.set_style(
-            indicatif::ProgressStyle::with_template(
-                "{bar:30} {pos}/{len} cells · {elapsed} · ETA {eta}",
-            )
-            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
-        );
-        let cell = multi.add(indicatif::ProgressBar::new_spinner());
-        cell.set_style(
-            indicatif::ProgressStyle::with_template("{spinner} {prefix} {msg} · {elapsed}")
-                .unwrap_or_else(|_| indicatif::ProgressStyle::default_spinner()),
-        );
-        let live = cell.clone();
-        // Live tok/s: tokens written in the last half second.
-        let ticker = tokio::spawn(async move {
-            let mut last = tokens.load(std::sync::atomic::Ordering::Relaxed);
-            let mut interval = tokio::time::interval(Duration::from_millis(500));
-            loop {
-                interval.tick().await;
-                let now = tokens.load(std::sync::atomic::Ordering::Relaxed);
-                live.set_message(format!("{:.0} tok/s", (now - last) as f64 * 2.0));
-                live.tick();
-                last = now;
-            }
-        });
-        Display {
-            bars: Some((multi, matrix, cell)),
-            ticker: Some(ticker),
-        }
-    }
-
-    fn show(&self, p: session::Progress) {
-        let Some((multi, matrix, cell)) = &self.bars else {
-            eprintln!("{p}");
-            return;
-        };
-        match &p {
-            session::Progress::Line(_) => {
-                let _ = multi.println(p.to_string());
-            }
-            session::Progress::CellStart { total, key, .. } => {
-                matrix.set_length(*total as u64);
-                cell.set_prefix(key.to_string());
-                cell.reset_elapsed();
-            }
-            session::Progress::CellEnd { total, .. } => {
-                matrix.set_length(*total as u64);
-                matrix.inc(1);
-                let _ = multi.println(p.to_string());
-            }
-        }
-    }
-
-    fn finish(&self) {
-        if let Some(t) = &self.ticker {
-            t.abort();
-        }
-        if let Some((_, matrix, cell)) = &self.bars {
-            cell.finish_and_clear();
-            matrix.finish();
-        }
-    }
 }
 
 /// After Ctrl-C, once no cell writer runs: the manifest is made to match the disk. A

@@ -1,21 +1,24 @@
 //! tokentrace recorder: drives an inference server through the context × concurrency
 //! matrix and writes every chunk, request, metric sample and raw byte to a run folder.
-//! Its dependency tree holds the format and wire crates, tokio and reqwest: no polars,
-//! no simulator, no axum. It is what the GPU box builds.
+//! Its dependency tree holds the format, wire and score (live hints) crates, tokio,
+//! reqwest and ratatui: no polars, no simulator, no axum. It is what the GPU box builds.
 //!
 //! The map, leaves first: [`request`] (a request before it is sent), [`control`] (small
 //! JSON calls through reqwest), [`queue`] (the bounded queue to a cell's writer and what
 //! goes on it), [`http`] (the measured connection), [`client`] (one streamed request,
 //! recorded), [`prompt`] (prompts of an exact length), [`probe`] (what the server is),
-//! [`scrape`], [`gpu`], [`host`], [`facts`], [`pace`], [`replay`] (workloads from
-//! files), [`cell`] (one cell), [`store`] (object storage), [`session`] (a run's setup:
-//! folder, probe, facts, manifest, settings kept), [`runner`] (the cell loop), [`cli`].
+//! [`scrape`], [`gauges`] (what the live view shows of them), [`gpu`], [`host`],
+//! [`facts`], [`pace`], [`replay`] (workloads from files), [`cell`] (one cell), [`store`]
+//! (object storage), [`session`] (a run's setup: folder, probe, facts, manifest,
+//! settings kept), [`runner`] (the cell loop), [`steer`] (the screen's keys), [`view`]
+//! (screen, live and plain views, and `watch`), [`cli`].
 
 pub mod cell;
 pub mod cli;
 pub mod client;
 pub mod control;
 pub mod facts;
+pub mod gauges;
 pub mod gpu;
 pub mod host;
 pub mod http;
@@ -28,7 +31,9 @@ pub mod request;
 pub mod runner;
 pub mod scrape;
 pub mod session;
+pub mod steer;
 pub mod store;
+pub mod view;
 
 pub use tokentrace_schemas as schemas;
 pub use tokentrace_wire as wire;

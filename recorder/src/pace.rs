@@ -37,6 +37,8 @@ pub struct GaveUp {
     pub message: String,
     /// The server said the request itself is wrong (see [`Refusal::permanent`]).
     pub permanent: bool,
+    /// The user skipped the cell (the screen's `s`): not the server's doing.
+    pub by_user: bool,
 }
 
 /// Refusals of one cell and the pacing they impose.
@@ -112,6 +114,7 @@ impl Pacer {
                         ),
                     },
                     permanent: r.permanent(),
+                    by_user: false,
                 });
             }
             s.last = Some(r);
@@ -120,6 +123,13 @@ impl Pacer {
                 None => AfterRefusal::Retry,
             }
         })
+    }
+
+    /// The cell gives up for `why` (unless it already did).
+    pub fn give_up(&self, why: GaveUp) {
+        self.with(|s| {
+            s.gave_up.get_or_insert(why);
+        });
     }
 
     /// Why the cell gave up, if it did.

@@ -37,6 +37,7 @@ pub async fn record(
         Opened::Run(s) => s,
     };
     let total = s.manifest.cells.len();
+    progress(Progress::Plan(Box::new(s.manifest.clone())));
     let mut plans = Plans {
         prompts: BTreeMap::new(),
         replay_prompts: None,
@@ -53,11 +54,13 @@ pub async fn record(
                     index: i,
                     total,
                     key,
+                    status: s.manifest.cells[i].status,
                     line,
                 });
             }
             continue;
         }
+        paused(opts, key, &mut progress).await;
         let Some((plan, tokens)) = plans.plan(&s, opts, i).await? else {
             fail(
                 &mut s,
@@ -69,6 +72,7 @@ pub async fn record(
                 index: i,
                 total,
                 key,
+                status: CellStatus::Failed,
                 line: "FAILED: no --replay workload given".to_string(),
             });
             continue;
@@ -106,6 +110,13 @@ pub async fn record(
                     "interrupted".to_string(),
                 ));
             }
+            Err(CellError::Refused(why)) if why.by_user => {
+                // Nothing of a skipped cell is kept either.
+                let _ = std::fs::remove_dir_all(key.staging_dir(&opts.out));
+                entry.status = CellStatus::Skipped;
+                entry.reason = Some(user_skip_reason());
+                format!("skipped ({})", entry.reason.as_deref().unwrap_or(""))
+            }
             Err(e) => {
                 // Nothing of a failed cell is kept: its staging folder goes.
                 let _ = std::fs::remove_dir_all(key.staging_dir(&opts.out));
@@ -120,14 +131,8 @@ pub async fn record(
                 format!("FAILED: {e}")
             }
         };
-        progress(Progress::CellEnd {
-            index: i,
-            total,
-            key,
-            line,
-        });
         let tolerance = s.manifest.config.prompt_tolerance_tokens;
-        if prompt_miss > tolerance {
+        if prompt_miss > tolerance && s.manifest.cells[i].status != CellStatus::Skipped {
             let entry = &mut s.manifest.cells[i];
             entry.status = CellStatus::Failed;
             entry.reason = Some(format!(
@@ -135,6 +140,13 @@ pub async fn record(
                 key.context
             ));
         }
+        progress(Progress::CellEnd {
+            index: i,
+            total,
+            key,
+            status: s.manifest.cells[i].status,
+            line,
+        });
         s.manifest.write(&opts.out)?;
         // Uploaded before the next cell starts, so the upload's traffic and CPU do not
         // share a measurement window; a failed upload is tried again after each cell.
@@ -164,7 +176,11 @@ fn settled(
     if entry.status == CellStatus::Complete && committed {
         return Ok(Some(Some("complete, kept".to_string())));
     }
-    if entry.status == CellStatus::Skipped {
+    let user_skipped = entry
+        .reason
+        .as_deref()
+        .is_some_and(|r| r.starts_with(cell::SKIPPED_BY_USER));
+    if entry.status == CellStatus::Skipped && !(opts.retry_skipped && user_skipped) {
         return Ok(Some(Some(format!(
             "skipped ({})",
             entry.reason.as_deref().unwrap_or("")
@@ -187,6 +203,29 @@ fn settled(
         )));
     }
     Ok(None)
+}
+
+/// Waits while the user has paused the run (the screen's `p`), before `key` starts.
+async fn paused(opts: &RecordOptions, key: CellKey, progress: &mut impl FnMut(Progress)) {
+    if !opts.steer.paused() {
+        return;
+    }
+    progress(Progress::Line(format!(
+        "paused before {key}: press p to go on"
+    )));
+    while opts.steer.paused() {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    progress(Progress::Line(format!("going on with {key}")));
+}
+
+/// A user-skipped cell's reason in the manifest: who, and when (UTC).
+fn user_skip_reason() -> String {
+    format!(
+        "{} at {}",
+        cell::SKIPPED_BY_USER,
+        humantime::format_rfc3339_seconds(std::time::SystemTime::now())
+    )
 }
 
 /// Marks cell `i` failed without a request, and writes the manifest.

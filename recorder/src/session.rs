@@ -95,6 +95,12 @@ pub struct RecordOptions {
     /// The session's cell writers (a commit may outlive a stopped recording): an
     /// interrupt stops them and waits for none to run before it settles the manifest.
     pub writers: Arc<cell::Writers>,
+    /// The user's keys: skip the cell under way, pause before the next.
+    pub steer: Arc<crate::steer::Steer>,
+    /// The server's gauges as scraped, for the live view.
+    pub feed: Arc<crate::gauges::Feed>,
+    /// With --resume: record again the cells the user skipped.
+    pub retry_skipped: bool,
     /// Where GPU facts and telemetry come from.
     pub gpus: GpuChoice,
     /// Object-store URL each committed cell and the manifest are uploaded to
@@ -322,6 +328,8 @@ pub(crate) fn auth_headers(api_key: Option<&str>) -> Vec<(String, String)> {
 pub enum Progress {
     /// Something to tell the user.
     Line(String),
+    /// The run is set up: its manifest, with every planned cell (nothing to print).
+    Plan(Box<Manifest>),
     /// Cell `index` (0-based) of `total` starts recording.
     CellStart {
         index: usize,
@@ -333,6 +341,7 @@ pub enum Progress {
         index: usize,
         total: usize,
         key: CellKey,
+        status: CellStatus,
         line: String,
     },
 }
@@ -341,6 +350,7 @@ impl std::fmt::Display for Progress {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             Progress::Line(l) => f.write_str(l),
+            Progress::Plan(m) => write!(f, "run {}: {} cells", m.run_id, m.cells.len()),
             Progress::CellStart { index, total, key } => {
                 write!(f, "[{}/{total}] {key}: recording", index + 1)
             }
@@ -349,6 +359,7 @@ impl std::fmt::Display for Progress {
                 total,
                 key,
                 line,
+                ..
             } => write!(f, "[{}/{total}] {key}: {line}", index + 1),
         }
     }
@@ -465,6 +476,8 @@ pub(crate) async fn open(
         tokens: opts.progress.clone(),
         writers: opts.writers.clone(),
         gpus,
+        steer: opts.steer.clone(),
+        feed: opts.feed.clone(),
     };
     Ok(Opened::Run(Box::new(Session {
         store,

@@ -291,9 +291,20 @@ impl RunStore {
                 url: self.url.clone(),
             });
         }
+        self.pull(dest).await
+    }
+
+    /// Brings the local copy `dest` up to date: the cells committed in the store since
+    /// (those `dest` lacks a commit mark of), then the manifest (`tokentrace watch`
+    /// follows a run this way). Returns the cells downloaded.
+    pub async fn pull(&self, dest: &Path) -> Result<usize, StoreError> {
         tokio::fs::create_dir_all(dest).await.map_err(io(dest))?;
         let cells = self.complete_cells().await?;
+        let mut pulled = 0;
         for key in &cells {
+            if key.dir(dest).join(CELL_FILE).exists() {
+                continue;
+            }
             let rel_dir = format!("{CELLS_DIR}/{}", partition(*key));
             let staging = dest.join(STAGING_DIR).join(key.partition_path());
             let _ = tokio::fs::remove_dir_all(&staging).await;
@@ -321,10 +332,15 @@ impl RunStore {
             tokio::fs::rename(&staging, &target)
                 .await
                 .map_err(io(&target))?;
+            pulled += 1;
         }
-        self.get_file(MANIFEST_FILE, &dest.join(MANIFEST_FILE))
-            .await?;
-        Ok(cells.len())
+        // Written to a side file and renamed, so that a reader never sees half of it.
+        let part = dest.join(format!("{MANIFEST_FILE}.part"));
+        self.get_file(MANIFEST_FILE, &part).await?;
+        tokio::fs::rename(&part, dest.join(MANIFEST_FILE))
+            .await
+            .map_err(io(dest))?;
+        Ok(pulled)
     }
 
     /// Uploads every complete local cell the store lacks (after an interrupted

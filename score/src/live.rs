@@ -54,16 +54,23 @@ impl Board {
         format!("{}@{}", self.rules.name, self.rules.version)
     }
 
-    /// Scores the committed cell `key` of the run in `run_dir` (whose manifest is `m`).
-    /// A prefill cell measured by warm-up is scored with its context's first decode cell.
+    /// Scores the committed cell `key` of the run in `run_dir` (whose manifest is `m`);
+    /// returns how long it took to record (its first to its last lifecycle event). A
+    /// prefill cell measured by warm-up is scored with its context's first decode cell.
     pub fn add(
         &mut self,
         m: &Manifest,
         run_dir: &Path,
         key: CellKey,
-    ) -> tokentrace_schemas::Result<()> {
+    ) -> tokentrace_schemas::Result<Option<std::time::Duration>> {
         let mut loaded = Loaded::default();
         crate::read::cell(&key.dir(run_dir), key, &self.series, &mut loaded)?;
+        let span = loaded.events.get(&key).and_then(|e| {
+            let (first, last) = (e.first()?.time_ns, e.last()?.time_ns);
+            Some(std::time::Duration::from_nanos(
+                u64::try_from(last - first).unwrap_or(0),
+            ))
+        });
         let scoring = judge::scoring(
             m,
             &[Cell::Complete(key)],
@@ -80,7 +87,7 @@ impl Board {
                 self.scores.insert(k, c);
             }
         }
-        Ok(())
+        Ok(span)
     }
 
     /// The committed cell `key`'s score, once scored.
@@ -101,13 +108,14 @@ pub fn hint(v: Verdict) -> Option<&'static str> {
     }
 }
 
-/// A decode matrix cell as the live view shows it: total tok/s, the hint, median TTFT.
+/// A decode matrix cell as the live view shows it: total tok/s, the hint, median TTFT
+/// (`96.2 · loop? · 45 ms`).
 pub fn matrix_cell(c: &CellScore) -> String {
     match matrix_parts(c) {
         Some((tok_s, verdict, ttft)) => {
             let mut parts = vec![tok_s];
             parts.extend(verdict.and_then(hint).map(str::to_string));
-            parts.push(ttft);
+            parts.push(ttft.trim_end_matches(" TTFT").to_string());
             parts.join(" · ")
         }
         None => c

@@ -29,6 +29,8 @@
 //!   committed changes, the run ends complete and sound;
 //! - `truth`: the analyzer's figures agree within 1% with the simulator's ground truth;
 //!   without server metrics, client-side evidence is used and the report says so;
+//! - `screen`: the full-screen view in a pseudo-terminal: its matrix is the scoring's,
+//!   loops show their hint, the terminal comes back clean; q, s and p steer the run;
 //! - `sim`: the simulator subcommand starts, says where it listens, serves, and refuses bad profiles;
 //! - `version`: `--version` names the commit and features; the manifest keeps the same.
 
@@ -47,6 +49,7 @@ mod reparse;
 mod replay;
 mod replay_server;
 mod report;
+mod screen;
 mod sim;
 mod store;
 mod trials;

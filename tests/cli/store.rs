@@ -201,7 +201,16 @@ async fn a_run_survives_its_box_through_the_bucket() {
         "{log}"
     );
 
-    // Box 2 starts from nothing but the bucket and finishes the run.
+    // A laptop watches the bucket while box 2 starts from nothing but the bucket and
+    // finishes the run.
+    let watcher = tokentrace(
+        &["watch", url, "--every", "200ms", "--display", "plain"],
+        &env,
+    )
+    .stdout(Stdio::null())
+    .stderr(Stdio::piped())
+    .spawn()
+    .expect("watch");
     let second_s = second.to_str().expect("utf-8");
     let mut resume = record_args(&target, second_s, url);
     resume.push("--resume");
@@ -225,6 +234,19 @@ async fn a_run_survives_its_box_through_the_bucket() {
         manifest.cells
     );
     assert_eq!(store.complete_cells().await.expect("list").len(), 6);
+    // The watcher saw every cell commit, scored, and ended with the run.
+    let watched = watcher.wait_with_output().expect("watch ends");
+    let watch_log = String::from_utf8_lossy(&watched.stderr).to_string();
+    assert!(watched.status.success(), "{watch_log}");
+    assert_eq!(
+        watch_log.matches(": committed · ").count(),
+        6,
+        "{watch_log}"
+    );
+    assert!(
+        watch_log.contains(&format!("{url}: the run is complete")),
+        "{watch_log}"
+    );
 
     // The bucket's run is sound, and its report is the local copy's, byte for byte.
     let checked = ok(
@@ -271,7 +293,7 @@ async fn a_run_survives_its_box_through_the_bucket() {
             f.display()
         );
     }
-    for text in [&log, &resumed_log, &checked, &rescored] {
+    for text in [&log, &resumed_log, &checked, &rescored, &watch_log] {
         assert!(!text.contains(SECRET));
     }
     sim.stop();

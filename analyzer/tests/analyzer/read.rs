@@ -108,6 +108,6 @@ fn matrix_text_with_hints(c: &tokentrace_analyzer::contract::CellScore) -> Strin
         tokentrace_analyzer::figures::matrix_parts(c).expect("a decode cell with figures");
     let mut parts = vec![tok_s];
     parts.extend(verdict.and_then(live::hint).map(str::to_string));
-    parts.push(ttft);
+    parts.push(ttft.trim_end_matches(" TTFT").to_string());
     parts.join("|")
 }

@@ -32,6 +32,8 @@ pub fn run_ctx(url: &str, clock: RunClock) -> Result<RunCtx, String> {
         tokens: Default::default(),
         writers: Default::default(),
         gpus: None,
+        steer: Default::default(),
+        feed: Default::default(),
     })
 }
 

@@ -41,6 +41,8 @@ fn ctx(sim: &SimServer) -> RunCtx {
         tokens: Default::default(),
         writers: Default::default(),
         gpus: None,
+        steer: Default::default(),
+        feed: Default::default(),
     }
 }
 
