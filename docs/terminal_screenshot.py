@@ -43,17 +43,16 @@ def colour(c, default):
 
 
 def ready(screen, done_cells):
-    """Partly filled: DONE_CELLS cells done, a cell under way with its tok/s shown."""
+    """Partly filled: DONE_CELLS cells done, a cell under way for 3 s with its tok/s."""
     text = "\n".join(screen.display)
     m = re.search(r"cells (\d+)/(\d+) done", text)
-    return bool(m) and int(m.group(1)) >= done_cells and "recording" in text \
-        and re.search(r"· [\d,.]+K? tok/s ·", text) is not None
+    return bool(m) and int(m.group(1)) >= done_cells \
+        and re.search(r"· [\d,.]+K? tok/s · 0:00:0[3-9]", text) is not None
 
 
 def draw(screen, out):
     font, bold = ImageFont.truetype(FONT, SIZE), ImageFont.truetype(BOLD, SIZE)
-    left, top, right, bottom = font.getbbox("M")
-    cw, ch = right - left, int(SIZE * 1.3)
+    cw, ch = round(font.getlength("M")), sum(font.getmetrics())
     img = Image.new("RGB", (cw * screen.columns + 24, ch * screen.lines + 24), BG)
     d = ImageDraw.Draw(img)
     for y in range(screen.lines):

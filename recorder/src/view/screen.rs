@@ -156,8 +156,20 @@ fn take_terminal(raw: bool) -> std::io::Result<ratatui::DefaultTerminal> {
     if raw {
         terminal::enable_raw_mode()?;
     }
-    execute!(std::io::stdout(), terminal::EnterAlternateScreen)?;
-    ratatui::Terminal::new(ratatui::backend::CrosstermBackend::new(std::io::stdout()))
+    // Drawing writes only what changed from a blank screen: start from one (cleared
+    // here, without asking the terminal where its cursor is, as `Terminal::clear` does).
+    let taken = execute!(
+        std::io::stdout(),
+        terminal::EnterAlternateScreen,
+        terminal::Clear(terminal::ClearType::All)
+    )
+    .and_then(|()| {
+        ratatui::Terminal::new(ratatui::backend::CrosstermBackend::new(std::io::stdout()))
+    });
+    if taken.is_err() {
+        give_back(raw);
+    }
+    taken
 }
 
 /// Leaves the alternate screen, shows the cursor and ends raw mode.
