@@ -464,7 +464,7 @@ fn aggregate(
             .map_err(perr(run))
     };
     let (content, reasoning) = (str_column("content")?, str_column("reasoning")?);
-    let mut fold = fold::ChunkFold::new(owner);
+    let mut fold = fold::ChunkFold::sorted(owner);
     let rows = ids
         .iter()
         .zip(arrival.iter())

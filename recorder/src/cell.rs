@@ -312,9 +312,11 @@ fn writer_loop(
     mut rx: queue::Receiver,
     tokens: Arc<AtomicU64>,
     stop: &AtomicBool,
+    feed: &crate::gauges::Feed,
 ) -> Result<Recorded, CellError> {
     let mut commit = false;
     let mut tally = Tally::default();
+    let mut lanes = crate::gauges::Lanes::default();
     loop {
         // Not woken per record (that costs the sender a futex call and a context switch
         // each): it sleeps [`WRITER_POLL`] at a time, woken early only by a queue half
@@ -347,9 +349,11 @@ fn writer_loop(
                     w.push_chunk(c)?;
                 }
                 tokens.fetch_add(n, Ordering::Relaxed);
+                lanes.add(request_id, n, feed);
             }
             Record::Request(q) => {
                 tally.count(&q);
+                lanes.end(q.request_id);
                 w.push_request(*q)?
             }
             Record::Metrics(rows) => {
@@ -367,6 +371,7 @@ fn writer_loop(
             Record::Commit => commit = true,
         }
     }
+    feed.lanes(Vec::new());
     if !commit {
         return Err(CellError::Abandoned);
     }
@@ -515,8 +520,9 @@ async fn start(
     let tokens = ctx.tokens.clone();
     let writers = ctx.writers.clone();
     writers.running.fetch_add(1, Ordering::AcqRel);
+    let feed = ctx.feed.clone();
     let handle = tokio::task::spawn_blocking(move || {
-        let r = writer_loop(writer, rx, tokens, &writers.stop);
+        let r = writer_loop(writer, rx, tokens, &writers.stop, &feed);
         writers.running.fetch_sub(1, Ordering::AcqRel);
         r
     });

@@ -2,8 +2,9 @@
 //! by scrape from the rows the scraper writes ([`Gauges`]), and shared with the view
 //! ([`Feed`]), never touched by a request.
 
-use std::collections::VecDeque;
+use std::collections::{BTreeMap, VecDeque};
 use std::sync::Mutex;
+use std::time::{Duration, Instant};
 
 use tokentrace_schemas::protocol::{Engine, EngineSeries};
 use tokentrace_schemas::tables::{GpuRow, MetricRow};
@@ -42,6 +43,8 @@ pub struct Gauges {
     /// All GPUs' power draw together, W, and their mean utilisation, %.
     pub gpu_power_w: Series,
     pub gpu_util_pct: Series,
+    /// Tokens so far of each stream in flight, in request order (the writer's count).
+    pub lanes: Vec<u64>,
     /// The last scrape's (accepted, proposed) draft token counters.
     last_spec: Option<(f64, f64)>,
 }
@@ -131,9 +134,50 @@ impl Feed {
         self.with(|g| g.gpu(rows));
     }
 
+    /// The streams in flight and their tokens so far.
+    pub fn lanes(&self, lanes: Vec<u64>) {
+        self.with(|g| g.lanes = lanes);
+    }
+
     /// A copy of the gauges now.
     pub fn gauges(&self) -> Gauges {
         self.with(|g| g.clone())
+    }
+}
+
+/// How often the writer hands the view its lanes.
+pub const LANES_EVERY: Duration = Duration::from_millis(250);
+
+/// The cell writer's count of each stream's tokens so far, handed to the [`Feed`] at
+/// most every [`LANES_EVERY`] (the writer's thread, never a request's).
+#[derive(Debug)]
+pub struct Lanes {
+    tokens: BTreeMap<i64, u64>,
+    sent: Instant,
+}
+
+impl Default for Lanes {
+    fn default() -> Self {
+        Lanes {
+            tokens: BTreeMap::new(),
+            sent: Instant::now(),
+        }
+    }
+}
+
+impl Lanes {
+    /// Request `id` received `n` more tokens.
+    pub fn add(&mut self, id: i64, n: u64, feed: &Feed) {
+        *self.tokens.entry(id).or_default() += n;
+        if self.sent.elapsed() >= LANES_EVERY {
+            self.sent = Instant::now();
+            feed.lanes(self.tokens.values().copied().collect());
+        }
+    }
+
+    /// Request `id` ended.
+    pub fn end(&mut self, id: i64) {
+        self.tokens.remove(&id);
     }
 }
 

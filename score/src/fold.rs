@@ -26,59 +26,104 @@ pub struct ChunkIn<'a> {
     pub reasoning: Option<&'a str>,
 }
 
-/// Folds chunk rows, sorted by request and then position, into per-request token
-/// aggregates, per-cell in-window gaps and queueing delays, and per-request text, in one
-/// pass ([`ChunkFold::push`] each row, then [`ChunkFold::finish`]).
+/// Folds chunk rows into per-request token aggregates, per-cell in-window gaps and
+/// queueing delays, and per-request text, in one pass ([`ChunkFold::push`] each row,
+/// then [`ChunkFold::finish`]). Each request's rows come in stream order; requests may
+/// interleave (a table file read block by block) or, with [`ChunkFold::sorted`], come
+/// one after another (each is then filed as soon as the next begins). Either way a
+/// cell's gaps and delays are filed request by request, in request id order.
 #[derive(Debug)]
 pub struct ChunkFold<'o> {
     /// Each request's cell.
     owner: &'o HashMap<i64, CellKey>,
-    current: Option<(i64, Agg)>,
-    /// The last token event: (request, arrival).
-    last_token: Option<(i64, Option<i64>)>,
+    open: BTreeMap<i64, Open>,
+    /// Rows come request after request: a request is done when another begins.
+    sorted: bool,
+    last: Option<i64>,
+}
+
+/// A request whose rows are still coming.
+#[derive(Debug, Default)]
+struct Open {
+    agg: Agg,
+    /// Its last token event's arrival.
+    last_token: Option<i64>,
+    gaps: Vec<i64>,
+    delays: Vec<i64>,
 }
 
 impl<'o> ChunkFold<'o> {
-    /// A fold that files rows under the cell `owner` gives each request.
+    /// A fold of rows in any request order, filed under the cell `owner` gives each
+    /// request.
     pub fn new(owner: &'o HashMap<i64, CellKey>) -> Self {
         ChunkFold {
             owner,
-            current: None,
-            last_token: None,
+            open: BTreeMap::new(),
+            sorted: false,
+            last: None,
         }
     }
 
-    /// Adds the next row (rows of a request together, in stream order).
+    /// A fold of rows sorted by request (then position).
+    pub fn sorted(owner: &'o HashMap<i64, CellKey>) -> Self {
+        ChunkFold {
+            sorted: true,
+            ..ChunkFold::new(owner)
+        }
+    }
+
+    /// Adds the next row (a request's rows in stream order).
     pub fn push(&mut self, row: ChunkIn<'_>, out: &mut Loaded) {
-        let (id, at, t, in_window) = (row.request_id, row.arrival_ns, row.tokens, row.in_window);
-        let key = id.and_then(|id| self.owner.get(&id));
-        if in_window && let (Some(key), Some(d)) = (key, row.queue_delay_ns) {
-            out.queue_delays.entry(*key).or_default().push(d);
+        let Some(id) = row.request_id else { return };
+        if self.sorted
+            && let Some(last) = self.last
+            && last != id
+        {
+            self.file(last, out);
+        }
+        self.last = Some(id);
+        let owned = self.owner.contains_key(&id);
+        let o = self.open.entry(id).or_default();
+        let (at, t, in_window) = (row.arrival_ns, row.tokens, row.in_window);
+        if in_window
+            && owned
+            && let Some(d) = row.queue_delay_ns
+        {
+            o.delays.push(d);
         }
         if t > 0 {
             if in_window
-                && let (Some(id), Some((last_id, Some(last_at))), Some(at), Some(key)) =
-                    (id, self.last_token, at, key)
-                && last_id == id
+                && owned
+                && let (Some(last_at), Some(at)) = (o.last_token, at)
             {
-                out.gaps.entry(*key).or_default().push(at - last_at);
+                o.gaps.push(at - last_at);
             }
-            self.last_token = id.map(|id| (id, at));
+            o.last_token = at;
         }
-        let Some(id) = id else { return };
-        if self.current.as_ref().is_some_and(|(c, _)| *c != id)
-            && let Some((done, agg)) = self.current.take()
-        {
-            agg.finish(done, out);
-        }
-        let a = &mut self.current.get_or_insert_with(|| (id, Agg::default())).1;
-        a.add(&row);
+        o.agg.add(&row);
     }
 
-    /// Files the last request's aggregates.
+    /// Files request `id`'s aggregates, text, gaps and delays.
+    fn file(&mut self, id: i64, out: &mut Loaded) {
+        let Some(o) = self.open.remove(&id) else {
+            return;
+        };
+        if let Some(key) = self.owner.get(&id) {
+            if !o.delays.is_empty() {
+                out.queue_delays.entry(*key).or_default().extend(o.delays);
+            }
+            if !o.gaps.is_empty() {
+                out.gaps.entry(*key).or_default().extend(o.gaps);
+            }
+        }
+        o.agg.finish(id, out);
+    }
+
+    /// Files every request still open, in request id order.
     pub fn finish(mut self, out: &mut Loaded) {
-        if let Some((done, agg)) = self.current.take() {
-            agg.finish(done, out);
+        let ids: Vec<i64> = self.open.keys().copied().collect();
+        for id in ids {
+            self.file(id, out);
         }
     }
 }

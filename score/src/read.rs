@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use std::path::Path;
 
 use tokentrace_schemas::layout::{CellKey, table_file};
-use tokentrace_schemas::reader::read_table;
+use tokentrace_schemas::reader::{open_table, read_table};
 use tokentrace_schemas::tables::{Chunks, Events, Gpu, Metrics, Replay, Requests};
 
 use crate::data::{EventInfo, Loaded, RequestInfo};
@@ -55,36 +55,33 @@ pub fn cell(
     let owner: HashMap<i64, CellKey> = requests.iter().map(|r| (r.request_id, key)).collect();
     out.requests.entry(key).or_default().extend(requests);
 
-    let mut chunks = read_table::<Chunks>(&dir.join(table_file::<Chunks>()))?;
-    chunks.sort_by(Chunks::storage_order);
+    // Block by block, in file order: memory holds one block and each request's sums,
+    // not the cell's rows.
     let mut f = ChunkFold::new(&owner);
-    for c in &chunks {
-        let row = ChunkIn {
-            request_id: Some(c.request_id),
-            arrival_ns: Some(c.arrival_ns),
-            queue_delay_ns: c.queue_delay_ns,
-            tokens: c.tokens.map_or(0, i64::from),
-            completion_tokens: c.completion_tokens.map(i64::from),
-            in_window: fold::in_window(out, Some(&key), Some(c.arrival_ns)),
-            content: c.content.as_deref(),
-            reasoning: c.reasoning.as_deref(),
-        };
-        f.push(row, out);
+    for block in open_table::<Chunks>(&dir.join(table_file::<Chunks>()))? {
+        for c in &block? {
+            let row = ChunkIn {
+                request_id: Some(c.request_id),
+                arrival_ns: Some(c.arrival_ns),
+                queue_delay_ns: c.queue_delay_ns,
+                tokens: c.tokens.map_or(0, i64::from),
+                completion_tokens: c.completion_tokens.map(i64::from),
+                in_window: fold::in_window(out, Some(&key), Some(c.arrival_ns)),
+                content: c.content.as_deref(),
+                reasoning: c.reasoning.as_deref(),
+            };
+            f.push(row, out);
+        }
     }
     f.finish(out);
-    drop(chunks);
 
     let mut metrics = MetricFold::default();
-    for m in read_table::<Metrics>(&dir.join(table_file::<Metrics>()))? {
-        if series.contains(&m.name) {
-            metrics.push(
-                key,
-                m.name,
-                m.scrape_start_ns,
-                m.scrape_end_ns,
-                m.labels,
-                m.value,
-            );
+    for block in open_table::<Metrics>(&dir.join(table_file::<Metrics>()))? {
+        for m in block? {
+            if series.contains(&m.name) {
+                let (start, end) = (m.scrape_start_ns, m.scrape_end_ns);
+                metrics.push(key, m.name, start, end, m.labels, m.value);
+            }
         }
     }
     metrics.finish(out);

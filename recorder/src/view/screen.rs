@@ -452,6 +452,13 @@ fn draw_current(f: &mut Frame, area: Rect, s: &State) {
             )
         }));
     }
+    if !g.lanes.is_empty() {
+        lines.push(Line::from(format!(
+            "{} streams {}",
+            g.lanes.len(),
+            lane_strip(&g.lanes, 60usize.saturating_sub(12))
+        )));
+    }
     if !g.gpu_power_w.0.is_empty() || !g.gpu_util_pct.0.is_empty() {
         lines.push(Line::from(format!(
             "GPU {} · util {}",
@@ -488,6 +495,21 @@ fn draw_current(f: &mut Frame, area: Rect, s: &State) {
     }
 }
 
+/// The streams in flight as a strip of at most `width` bars, each as tall as its tokens
+/// against the most any has (streams past the width share a bar: their mean).
+pub fn lane_strip(lanes: &[u64], width: usize) -> String {
+    const BARS: [char; 8] = ['▁', '▂', '▃', '▄', '▅', '▆', '▇', '█'];
+    let max = lanes.iter().copied().max().unwrap_or(0).max(1) as f64;
+    let per = lanes.len().div_ceil(width.max(1)).max(1);
+    lanes
+        .chunks(per)
+        .map(|c| {
+            let mean = c.iter().sum::<u64>() as f64 / c.len() as f64;
+            BARS[((mean / max) * 7.0).round().clamp(0.0, 7.0) as usize]
+        })
+        .collect()
+}
+
 fn keys_line(s: &State) -> Line<'static> {
     if let Some(end) = &s.end {
         return Line::from(end.clone());
@@ -498,5 +520,25 @@ fn keys_line(s: &State) -> Line<'static> {
         Line::from(
             "q stop (the cell under way is not kept; finish with --resume) · s skip the cell · p pause before the next",
         )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lanes_are_bars_against_the_longest_and_share_bars_past_the_width() {
+        assert_eq!(lane_strip(&[0, 50, 100], 10), "▁▅█");
+        let many: Vec<u64> = (0..100).collect();
+        let strip = lane_strip(&many, 10);
+        assert_eq!(strip.chars().count(), 10);
+        assert!(strip.starts_with('▁') && strip.ends_with('█'), "{strip}");
+        assert_eq!(lane_strip(&[], 10), "");
+    }
+
+    #[test]
+    fn the_clock_reads_hours_minutes_seconds() {
+        assert_eq!(clock(Duration::from_secs(3 * 3600 + 7 * 60 + 5)), "3:07:05");
     }
 }
