@@ -132,13 +132,8 @@ impl Screen {
         })
     }
 
-    /// Draws the last frame and gives the terminal back.
-    pub fn finish(mut self) {
-        self.stop.store(true, Ordering::Release);
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
-    }
+    /// Draws the last frame and gives the terminal back (as dropping it does).
+    pub fn finish(self) {}
 }
 
 /// Raw mode (when keys are read: without it, Ctrl-C stays a signal) and the alternate

@@ -138,8 +138,8 @@ impl State {
         row.standing = match status {
             CellStatus::Planned | CellStatus::Interrupted => Standing::Planned,
             // Scored when its score comes; until then, committed.
-            CellStatus::Complete => match &row.standing {
-                Standing::Scored(s) => Standing::Scored(s.clone()),
+            CellStatus::Complete => match std::mem::replace(&mut row.standing, Standing::Planned) {
+                scored @ Standing::Scored(_) => scored,
                 _ => Standing::Committed(why),
             },
             CellStatus::Failed => Standing::Failed(why),
