@@ -36,8 +36,8 @@ overflows() {
        for (i = 1; i <= NF; i++) if (k[i] == "ListenOverflows") print $i }' /proc/net/netstat
 }
 echo "## machine: $(nproc) vCPU, $(uname -sr); window $window, 1K prompts, 100 output tokens; --display $view"
-echo "| pass | streams | measured requests matched | TTFT error ms p50 / p99 / max | TTFT error > 100 ms | inter-token error ms p50 / p99 / max | send → simulator read ms p50 / p99 (send → kernel receive, kernel receive → read: the socket queue) | simulator intake (read → handler) ms p50 / p99 | first token arrival − write ms p50 / p99 | events between CPU samples | recorder CPU s (cores) | CPU s per 100K events | max RSS MiB | listen overflows |"
-echo "|---|---:|---:|---|---:|---|---|---|---|---:|---|---:|---:|---:|"
+echo "| pass | streams | measured requests matched | TTFT error ms p50 / p99 / max | TTFT error > 100 ms | inter-token error ms p50 / p99 / max | send → simulator read ms p50 / p99 (send → kernel receive, kernel receive → read: the socket queue) | simulator intake (read → handler) ms p50 / p99 | first token arrival − write ms p50 / p99 | events between CPU samples | recorder CPU s (cores) | CPU s per 100K events | of it the view's thread | max RSS MiB | listen overflows |"
+echo "|---|---:|---:|---|---:|---|---|---|---|---:|---|---:|---:|---:|---:|"
 for pass in $(seq "$passes"); do
   for n in "${levels[@]}"; do
     port=$((20000 + RANDOM % 20000))

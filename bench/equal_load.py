@@ -192,7 +192,7 @@ def cpu_window(cpu_log, start, end, written_all):
     samples = []
     for line in open(cpu_log):
         p = line.split()
-        if len(p) == 2:
+        if len(p) >= 2:
             t, ticks = int(p[0]), int(p[1]) / TICKS_PER_S
             if start <= t <= end:
                 samples.append((t, ticks))

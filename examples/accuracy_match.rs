@@ -9,8 +9,9 @@
 //!   send, of which the simulator's own intake = handler start − read; reply side = first
 //!   token arrival − its write (clocks aligned by the manifest's `monotonic_at_zero_ns`);
 //! - CPU: the recorder process's user + system time between the first and last sample
-//!   inside the window, per 100 K events that arrived between them. Samples come from
-//!   CPU_LOG (lines `CLOCK_MONOTONIC_ns cpu_ticks`, written by bench/cpu_sampler.py from
+//!   inside the window, per 100 K events that arrived between them, and the share of it
+//!   its drawing thread took (the full-screen view). Samples come from CPU_LOG (lines
+//!   `CLOCK_MONOTONIC_ns cpu_ticks [view_ns]`, written by bench/cpu_sampler.py from
 //!   /proc, so any recorder version can be measured the same way).
 //!
 //! usage: accuracy_match RUN TRUTH_DIR CPU_LOG [LABEL]  (prints one Markdown table row)
@@ -150,16 +151,22 @@ fn run() -> Result<String, String> {
     }
 
     // CPU between the first and last sample inside the window, per event in between.
-    let mut cpu: Vec<(i64, f64)> = cpu_text
+    let mut cpu: Vec<(i64, f64, f64)> = cpu_text
         .lines()
         .filter_map(|l| {
-            let (t, ticks) = l.split_once(' ')?;
-            let t = t.trim().parse::<i64>().ok()? - zero;
-            Some((t, ticks.trim().parse::<f64>().ok()? / TICKS_PER_S))
+            let mut f = l.split_whitespace();
+            let t = f.next()?.parse::<i64>().ok()? - zero;
+            let ticks = f.next()?.parse::<f64>().ok()? / TICKS_PER_S;
+            let view = f.next().and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0) / 1e9;
+            Some((t, ticks, view))
         })
-        .filter(|(t, _)| *t >= open && *t <= close)
+        .filter(|(t, _, _)| *t >= open && *t <= close)
         .collect();
     cpu.sort_by_key(|x| x.0);
+    let view_share = match (cpu.first(), cpu.last()) {
+        (Some(a), Some(b)) if b.1 > a.1 => (b.2 - a.2) / (b.1 - a.1) * 100.0,
+        _ => f64::NAN,
+    };
     let (cpu_s, events_in, per_100k) = match (cpu.first(), cpu.last()) {
         (Some(a), Some(b)) if b.0 > a.0 => {
             let n = chunks
@@ -174,7 +181,7 @@ fn run() -> Result<String, String> {
     let cores =
         cpu_s / (cpu.last().map_or(0, |x| x.0) - cpu.first().map_or(0, |x| x.0)) as f64 * 1e9;
     Ok(format!(
-        "| {label} | {} | {matched}/{measured} | {:.2} / {:.2} / {:.1} | {over_100ms} | {:.3} / {:.2} / {:.1} | {:.2} / {:.2} ({:.2} / {:.2} to the kernel, {:.2} / {:.2} in the socket queue) | {:.2} / {:.2} | {:.2} / {:.2} | {events_in} | {cpu_s:.2} ({cores:.2} cores) | {per_100k:.2} |",
+        "| {label} | {} | {matched}/{measured} | {:.2} / {:.2} / {:.1} | {over_100ms} | {:.3} / {:.2} / {:.1} | {:.2} / {:.2} ({:.2} / {:.2} to the kernel, {:.2} / {:.2} in the socket queue) | {:.2} / {:.2} | {:.2} / {:.2} | {events_in} | {cpu_s:.2} ({cores:.2} cores) | {per_100k:.2} | {view_share:.1}% |",
         key.concurrency,
         pct(&ttft_err, 0.5),
         pct(&ttft_err, 0.99),

@@ -313,10 +313,12 @@ fn writer_loop(
     tokens: Arc<AtomicU64>,
     stop: &AtomicBool,
     feed: &crate::gauges::Feed,
+    key: CellKey,
 ) -> Result<Recorded, CellError> {
+    let label = key.to_string();
     let mut commit = false;
     let mut tally = Tally::default();
-    let mut lanes = crate::gauges::Lanes::default();
+    let mut lanes = feed.lanes_counter();
     loop {
         // Not woken per record (that costs the sender a futex call and a context switch
         // each): it sleeps [`WRITER_POLL`] at a time, woken early only by a queue half
@@ -349,11 +351,15 @@ fn writer_loop(
                     w.push_chunk(c)?;
                 }
                 tokens.fetch_add(n, Ordering::Relaxed);
-                lanes.add(request_id, n, feed);
+                if let Some(l) = &mut lanes {
+                    l.add(request_id, n, arrival_ns, feed);
+                }
             }
             Record::Request(q) => {
                 tally.count(&q);
-                lanes.end(q.request_id);
+                if let Some(l) = &mut lanes {
+                    l.ended(&q, &label, feed);
+                }
                 w.push_request(*q)?
             }
             Record::Metrics(rows) => {
@@ -366,12 +372,22 @@ fn writer_loop(
                     w.push_gpu(g)?;
                 }
             }
-            Record::Event(e) => w.push_event(e)?,
+            Record::Event(e) => {
+                if let Some(l) = &mut lanes
+                    && e.kind == EventKind::Fault
+                {
+                    l.fault(e.detail.as_deref().unwrap_or("a fault"), &label, feed);
+                }
+                w.push_event(e)?
+            }
             Record::Replay(r) => w.push_replay(*r)?,
             Record::Commit => commit = true,
         }
     }
-    feed.lanes(Vec::new());
+    match &lanes {
+        Some(l) => l.finish(feed),
+        None => feed.lanes(Vec::new()),
+    }
     if !commit {
         return Err(CellError::Abandoned);
     }
@@ -521,8 +537,9 @@ async fn start(
     let writers = ctx.writers.clone();
     writers.running.fetch_add(1, Ordering::AcqRel);
     let feed = ctx.feed.clone();
+    let key = plan.key;
     let handle = tokio::task::spawn_blocking(move || {
-        let r = writer_loop(writer, rx, tokens, &writers.stop, &feed);
+        let r = writer_loop(writer, rx, tokens, &writers.stop, &feed, key);
         writers.running.fetch_sub(1, Ordering::AcqRel);
         r
     });

@@ -699,7 +699,12 @@ pub fn run_at(
         {
             opts.gpus = g;
         }
-        let (mode, note) = crate::view::choose(args.display);
+        // A plan is printed, not watched: no screen to flash up and away.
+        let (mode, note) = if opts.plan_only {
+            (crate::view::DisplayMode::Plain, None)
+        } else {
+            crate::view::choose(args.display)
+        };
         if let Some(n) = note {
             eprintln!("{n}");
         }

@@ -1,13 +1,14 @@
 //! The server's gauges and the GPUs' telemetry as the live view shows them: kept scrape
 //! by scrape from the rows the scraper writes ([`Gauges`]), and shared with the view
-//! ([`Feed`]), never touched by a request.
+//! ([`Feed`]), never touched by a request; with the cell writer's count of the cell
+//! under way ([`Lanes`]: tokens per stream, outcomes, and notes of what went wrong).
 
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::Mutex;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use tokentrace_schemas::protocol::{Engine, EngineSeries};
-use tokentrace_schemas::tables::{GpuRow, MetricRow};
+use tokentrace_schemas::tables::{EndReason, GpuRow, MetricRow, RequestRow};
 
 /// Points kept per gauge (two minutes at the default scrape interval).
 pub const SERIES_POINTS: usize = 120;
@@ -45,6 +46,8 @@ pub struct Gauges {
     pub gpu_util_pct: Series,
     /// Tokens so far of each stream in flight, in request order (the writer's count).
     pub lanes: Vec<u64>,
+    /// The cell under way's requests so far, by outcome (the writer's count).
+    pub outcomes: Outcomes,
     /// The last scrape's (accepted, proposed) draft token counters.
     last_spec: Option<(f64, f64)>,
 }
@@ -112,11 +115,58 @@ impl Gauges {
     }
 }
 
+/// The cell under way's ended requests, by how they ended.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Outcomes {
+    pub requests: u64,
+    /// Ended in an error before their first token (a refusal: an HTTP error, a stream
+    /// error, a disconnect, a stall) …
+    pub refused: u64,
+    /// … and after it.
+    pub failed: u64,
+    /// Of the refused and failed: ended by the stall timeout.
+    pub stalled: u64,
+    /// Sent again on a new connection (their reused one was closed).
+    pub retried: u64,
+}
+
+impl Outcomes {
+    /// "1,234 requests · 2 refused · 1 failed (1 stalled) · 3 retried", the zeros left
+    /// out.
+    pub fn line(&self) -> String {
+        let mut parts = vec![format!("{} requests", self.requests)];
+        if self.refused > 0 {
+            parts.push(format!("{} refused", self.refused));
+        }
+        if self.failed > 0 {
+            parts.push(format!("{} failed", self.failed));
+        }
+        if self.stalled > 0 {
+            parts.push(format!("{} stalled", self.stalled));
+        }
+        if self.retried > 0 {
+            parts.push(format!("{} retried", self.retried));
+        }
+        parts.join(" · ")
+    }
+}
+
+/// Notes the feed holds for the view between two frames; more are counted, not kept.
+pub const NOTES_HELD: usize = 32;
+
+/// Notes of one cell's requests (refusals, failures, stalls, retries, faults) the writer
+/// makes; after them, the cell's outcomes only count.
+pub const NOTES_PER_CELL: u32 = 8;
+
 /// The gauges the scraper publishes for the view: taken by the scraper once a scrape
 /// and by the view at most four times a second, never by a request.
 #[derive(Debug, Default)]
 pub struct Feed {
     gauges: Mutex<Gauges>,
+    /// Whether a view draws the lanes (the cell writer counts them only then).
+    lanes_wanted: std::sync::atomic::AtomicBool,
+    /// Lines for the view's event log, and how many were dropped since it last took them.
+    notes: Mutex<(VecDeque<String>, usize)>,
 }
 
 impl Feed {
@@ -134,9 +184,51 @@ impl Feed {
         self.with(|g| g.gpu(rows));
     }
 
+    /// A view draws the lanes from now on: the cell writers started after this count them.
+    pub fn want_lanes(&self) {
+        self.lanes_wanted
+            .store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// A counter of lanes for a new cell's writer, when a view draws them (the last
+    /// cell's outcomes cleared).
+    pub fn lanes_counter(&self) -> Option<Lanes> {
+        let wanted = self.lanes_wanted.load(std::sync::atomic::Ordering::Relaxed);
+        wanted.then(|| {
+            self.outcomes(Outcomes::default());
+            Lanes::default()
+        })
+    }
+
     /// The streams in flight and their tokens so far.
     pub fn lanes(&self, lanes: Vec<u64>) {
         self.with(|g| g.lanes = lanes);
+    }
+
+    /// The cell under way's outcomes so far.
+    pub fn outcomes(&self, o: Outcomes) {
+        self.with(|g| g.outcomes = o);
+    }
+
+    /// A line for the view's event log (at most [`NOTES_HELD`] wait; more are counted).
+    pub fn note(&self, line: String) {
+        let mut n = self.notes.lock().unwrap_or_else(|e| e.into_inner());
+        if n.0.len() < NOTES_HELD {
+            n.0.push_back(line);
+        } else {
+            n.1 += 1;
+        }
+    }
+
+    /// The lines noted since the last call, the dropped ones counted in a last line.
+    pub fn take_notes(&self) -> Vec<String> {
+        let mut n = self.notes.lock().unwrap_or_else(|e| e.into_inner());
+        let mut lines: Vec<String> = n.0.drain(..).collect();
+        if n.1 > 0 {
+            lines.push(format!("… {} more lines not shown", n.1));
+            n.1 = 0;
+        }
+        lines
     }
 
     /// A copy of the gauges now.
@@ -149,35 +241,103 @@ impl Feed {
 pub const LANES_EVERY: Duration = Duration::from_millis(250);
 
 /// The cell writer's count of each stream's tokens so far, handed to the [`Feed`] at
-/// most every [`LANES_EVERY`] (the writer's thread, never a request's).
-#[derive(Debug)]
+/// most every [`LANES_EVERY`] (the writer's thread, never a request's). Its clock is the
+/// reads' own arrival times, so counting costs no clock read of its own.
+#[derive(Debug, Default)]
 pub struct Lanes {
     tokens: BTreeMap<i64, u64>,
-    sent: Instant,
-}
-
-impl Default for Lanes {
-    fn default() -> Self {
-        Lanes {
-            tokens: BTreeMap::new(),
-            sent: Instant::now(),
-        }
-    }
+    /// When the lanes were last handed over (run clock, ns); none yet.
+    sent_ns: Option<i64>,
+    outcomes: Outcomes,
+    /// Notes made for this cell.
+    noted: u32,
 }
 
 impl Lanes {
-    /// Request `id` received `n` more tokens.
-    pub fn add(&mut self, id: i64, n: u64, feed: &Feed) {
+    /// Request `id` received `n` more tokens in a read that arrived at `at_ns`.
+    pub fn add(&mut self, id: i64, n: u64, at_ns: i64, feed: &Feed) {
         *self.tokens.entry(id).or_default() += n;
-        if self.sent.elapsed() >= LANES_EVERY {
-            self.sent = Instant::now();
+        let every = LANES_EVERY.as_nanos() as i64;
+        if self
+            .sent_ns
+            .is_none_or(|t| at_ns.saturating_sub(t) >= every)
+        {
+            self.sent_ns = Some(at_ns);
             feed.lanes(self.tokens.values().copied().collect());
+            feed.outcomes(self.outcomes);
         }
     }
 
-    /// Request `id` ended.
-    pub fn end(&mut self, id: i64) {
-        self.tokens.remove(&id);
+    /// Request `row` ended: counted by outcome; the cell's first few refusals, failures,
+    /// stalls and retries are noted for the event log (`cell` names the cell).
+    pub fn ended(&mut self, row: &RequestRow, cell: &str, feed: &Feed) {
+        self.tokens.remove(&row.request_id);
+        let o = &mut self.outcomes;
+        o.requests += 1;
+        let retried = row.retries.is_some_and(|r| r > 0);
+        o.retried += u64::from(retried);
+        let why = match row.end_reason {
+            EndReason::HttpError => match row.http_status {
+                Some(s) => format!("HTTP {s}"),
+                None => "an HTTP error".to_string(),
+            },
+            EndReason::StreamError => "an error event in the stream".to_string(),
+            EndReason::Disconnect => "the connection ended early".to_string(),
+            EndReason::StallTimeout => "no bytes within the stall timeout".to_string(),
+            _ => String::new(),
+        };
+        let when = if row.first_token_ns.is_some() {
+            o.failed += u64::from(!why.is_empty());
+            "after its first token"
+        } else {
+            o.refused += u64::from(!why.is_empty());
+            "before its first token"
+        };
+        o.stalled += u64::from(row.end_reason == EndReason::StallTimeout);
+        let line = if !why.is_empty() {
+            let detail = row
+                .error
+                .as_deref()
+                .map(|e| format!(": {}", e.chars().take(80).collect::<String>()))
+                .unwrap_or_default();
+            Some(format!(
+                "{cell}: request {} ended {when}: {why}{detail}",
+                row.request_id
+            ))
+        } else if retried {
+            Some(format!(
+                "{cell}: request {} sent again on a new connection (its reused one was closed)",
+                row.request_id
+            ))
+        } else {
+            None
+        };
+        if let Some(line) = line {
+            self.note(line, cell, feed);
+        }
+    }
+
+    /// A fault the cell's writer recorded (`detail` as the events table has it).
+    pub fn fault(&mut self, detail: &str, cell: &str, feed: &Feed) {
+        self.note(format!("{cell}: {detail}"), cell, feed);
+    }
+
+    fn note(&mut self, line: String, cell: &str, feed: &Feed) {
+        self.noted += 1;
+        if self.noted < NOTES_PER_CELL {
+            feed.note(line);
+        } else if self.noted == NOTES_PER_CELL {
+            feed.note(format!(
+                "{cell}: further refusals, failures and retries are counted under way, not \
+                 listed (events.parquet and requests.parquet hold each)"
+            ));
+        }
+    }
+
+    /// The cell's writer is done: its last outcomes handed over, the lanes emptied.
+    pub fn finish(&self, feed: &Feed) {
+        feed.outcomes(self.outcomes);
+        feed.lanes(Vec::new());
     }
 }
 
@@ -232,5 +392,122 @@ mod tests {
         assert_eq!(g.running.0.len(), 1);
         assert_eq!(g.waiting.0.len(), 1);
         assert!(g.kv_cache.0.is_empty() && g.spec.0.is_empty());
+    }
+
+    #[test]
+    fn lanes_are_counted_only_for_a_view_and_handed_over_every_quarter_second() {
+        let feed = Feed::default();
+        assert!(feed.lanes_counter().is_none(), "no view: nothing counted");
+        feed.want_lanes();
+        let mut lanes = feed.lanes_counter().expect("a view draws lanes");
+        let ms = 1_000_000;
+        lanes.add(7, 1, 1000 * ms, &feed);
+        assert_eq!(
+            feed.gauges().lanes,
+            vec![1],
+            "the first read is handed over"
+        );
+        lanes.add(3, 2, 1100 * ms, &feed);
+        lanes.add(7, 4, 1200 * ms, &feed);
+        assert_eq!(feed.gauges().lanes, vec![1], "within 250 ms: not yet");
+        lanes.ended(&ended(3, EndReason::FinishedStop, None, true), "c", &feed);
+        lanes.add(7, 1, 1250 * ms, &feed);
+        assert_eq!(
+            feed.gauges().lanes,
+            vec![6],
+            "request 3 ended; 7 has 1 + 4 + 1"
+        );
+    }
+
+    fn ended(id: i64, reason: EndReason, status: Option<i32>, first: bool) -> RequestRow {
+        use tokentrace_schemas::tables::{Endpoint, Role};
+        RequestRow {
+            end_reason: reason,
+            http_status: status,
+            first_token_ns: first.then_some(5),
+            error: status.map(|s| format!("server said {s}")),
+            ..RequestRow::unsent(id, Role::Measured, Endpoint::Completions, 0)
+        }
+    }
+
+    #[test]
+    fn ended_requests_are_counted_and_the_first_few_noted() {
+        let feed = Feed::default();
+        feed.want_lanes();
+        let mut lanes = feed.lanes_counter().expect("wanted");
+        lanes.add(1, 3, 0, &feed);
+        lanes.ended(
+            &ended(1, EndReason::FinishedStop, None, true),
+            "ctx 1K ×2",
+            &feed,
+        );
+        lanes.ended(
+            &ended(2, EndReason::HttpError, Some(503), false),
+            "ctx 1K ×2",
+            &feed,
+        );
+        lanes.ended(
+            &ended(3, EndReason::StallTimeout, None, true),
+            "ctx 1K ×2",
+            &feed,
+        );
+        let retried = RequestRow {
+            retries: Some(1),
+            ..ended(4, EndReason::FinishedLength, None, true)
+        };
+        lanes.ended(&retried, "ctx 1K ×2", &feed);
+        lanes.fault("the scraper lost /metrics", "ctx 1K ×2", &feed);
+        let notes = feed.take_notes();
+        assert_eq!(
+            notes,
+            [
+                "ctx 1K ×2: request 2 ended before its first token: HTTP 503: server said 503",
+                "ctx 1K ×2: request 3 ended after its first token: no bytes within the stall timeout",
+                "ctx 1K ×2: request 4 sent again on a new connection (its reused one was closed)",
+                "ctx 1K ×2: the scraper lost /metrics",
+            ]
+        );
+        assert!(feed.take_notes().is_empty(), "taken once");
+        lanes.finish(&feed);
+        let o = feed.gauges().outcomes;
+        assert_eq!(
+            o,
+            Outcomes {
+                requests: 4,
+                refused: 1,
+                failed: 1,
+                stalled: 1,
+                retried: 1
+            }
+        );
+        assert_eq!(
+            o.line(),
+            "4 requests · 1 refused · 1 failed · 1 stalled · 1 retried"
+        );
+        assert!(
+            feed.gauges().lanes.is_empty(),
+            "the lanes end with the cell"
+        );
+
+        // Past the cell's allowance, one line says so; past what the feed holds, a count.
+        for id in 10..30 {
+            lanes.ended(&ended(id, EndReason::Disconnect, None, false), "c", &feed);
+        }
+        let notes = feed.take_notes();
+        assert_eq!(notes.len(), 4, "{notes:?}");
+        assert!(
+            notes[3].contains("counted under way, not listed"),
+            "{notes:?}"
+        );
+        for i in 0..(NOTES_HELD + 5) {
+            feed.note(format!("line {i}"));
+        }
+        let notes = feed.take_notes();
+        assert_eq!(notes.len(), NOTES_HELD + 1);
+        assert_eq!(notes[NOTES_HELD], "… 5 more lines not shown");
+        assert!(
+            feed.lanes_counter().is_some() && feed.gauges().outcomes == Outcomes::default(),
+            "a new cell starts from nothing"
+        );
     }
 }

@@ -152,6 +152,7 @@ impl View {
                 }
             });
             use std::io::IsTerminal;
+            opts.feed.want_lanes();
             let sources = screen::Sources {
                 keys: std::io::stdin().is_terminal(),
                 tokens: Some(opts.progress.clone()),

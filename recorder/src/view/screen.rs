@@ -64,6 +64,7 @@ impl Screen {
         let thread = std::thread::Builder::new()
             .name("tokentrace-screen".to_string())
             .spawn(move || {
+                yield_to_measurement();
                 let began = Instant::now();
                 let mut last_tokens = sources.tokens.as_ref().map(|t| t.load(Ordering::Relaxed));
                 let mut last_at = began;
@@ -77,6 +78,7 @@ impl Screen {
                             .unwrap_or_else(|| began.elapsed());
                         if let Some(feed) = &sources.feed {
                             s.gauges = feed.gauges();
+                            feed.take_notes().into_iter().for_each(|l| s.log(l));
                         }
                         if let (Some(t), Some(was)) = (&sources.tokens, last_tokens) {
                             let now = t.load(Ordering::Relaxed);
@@ -135,6 +137,21 @@ impl Screen {
     /// Draws the last frame and gives the terminal back (as dropping it does).
     pub fn finish(self) {}
 }
+
+/// The drawing thread gives way to the recording's threads and to anything else on
+/// the machine (the server under test, when it shares the cores): it runs at nice 10,
+/// so a frame waits rather than delays a read. Best effort; on Linux only, where nice is
+/// a thread's own.
+fn yield_to_measurement() {
+    #[cfg(target_os = "linux")]
+    {
+        let tid = rustix::thread::gettid();
+        let _ = rustix::process::setpriority_process(Some(tid), NICE);
+    }
+}
+
+/// The drawing thread's nice value.
+pub const NICE: i32 = 10;
 
 /// Raw mode (when keys are read: without it, Ctrl-C stays a signal) and the alternate
 /// screen; a panic gives them back before its message.
@@ -224,7 +241,8 @@ pub fn draw(f: &mut Frame, s: &State) {
         Constraint::Length(4),
         Constraint::Length(tables),
         Constraint::Length(open_h),
-        Constraint::Length(6),
+        // The cell under way: its line, the gauges, spec, lanes, outcomes, GPUs.
+        Constraint::Length(8),
         Constraint::Min(3),
         Constraint::Length(1),
     ])
@@ -454,6 +472,9 @@ fn draw_current(f: &mut Frame, area: Rect, s: &State) {
             lane_strip(&g.lanes, 60usize.saturating_sub(12))
         )));
     }
+    if s.current.is_some() && g.outcomes.requests > 0 {
+        lines.push(Line::from(g.outcomes.line()));
+    }
     if !g.gpu_power_w.0.is_empty() || !g.gpu_util_pct.0.is_empty() {
         lines.push(Line::from(format!(
             "GPU {} · util {}",
@@ -530,6 +551,21 @@ mod tests {
         assert_eq!(strip.chars().count(), 10);
         assert!(strip.starts_with('▁') && strip.ends_with('█'), "{strip}");
         assert_eq!(lane_strip(&[], 10), "");
+    }
+
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn the_drawing_thread_runs_below_the_recording() {
+        let me = || rustix::process::getpriority_process(Some(rustix::thread::gettid()));
+        let before = me();
+        let nice = std::thread::spawn(|| {
+            yield_to_measurement();
+            rustix::process::getpriority_process(Some(rustix::thread::gettid()))
+        })
+        .join()
+        .expect("the thread ends");
+        assert!(matches!(nice, Ok(n) if n >= NICE), "{nice:?}");
+        assert_eq!(me(), before, "only the drawing thread");
     }
 
     #[test]

@@ -9,8 +9,8 @@ use std::time::Duration;
 
 use tokentrace_schemas::layout::{CELL_FILE, CellKey, MANIFEST_FILE, table_file};
 use tokentrace_schemas::manifest::{CellStatus, Manifest};
-use tokentrace_schemas::reader::read_table;
-use tokentrace_schemas::tables::{Gpu, Metrics};
+use tokentrace_schemas::reader::open_table;
+use tokentrace_schemas::tables::{Gpu, GpuRow, MetricRow, Metrics};
 use tokentrace_score::live::Board;
 
 use super::state::State;
@@ -56,18 +56,39 @@ pub fn complete(m: &Manifest) -> bool {
 /// The gauges of a committed cell, scrape by scrape (the last cell's, for `watch`).
 pub fn cell_gauges(dir: &Path) -> tokentrace_schemas::Result<Gauges> {
     let mut g = Gauges::default();
-    let mut scrapes: BTreeMap<i64, Vec<_>> = BTreeMap::new();
-    for row in read_table::<Metrics>(&dir.join(table_file::<Metrics>()))? {
-        scrapes.entry(row.scrape_start_ns).or_default().push(row);
+    // Block by block, one scrape (or GPU sample) at a time: a scrape's rows are written
+    // together, so memory holds one scrape, not the cell's table.
+    let mut scrape: Vec<MetricRow> = Vec::new();
+    for block in open_table::<Metrics>(&dir.join(table_file::<Metrics>()))? {
+        for row in block? {
+            if scrape
+                .first()
+                .is_some_and(|r| r.scrape_start_ns != row.scrape_start_ns)
+            {
+                g.scraped(&scrape);
+                scrape.clear();
+            }
+            scrape.push(row);
+        }
     }
-    scrapes.values().for_each(|rows| g.scraped(rows));
+    if !scrape.is_empty() {
+        g.scraped(&scrape);
+    }
     let gpu = dir.join(table_file::<Gpu>());
     if gpu.exists() {
-        let mut samples: BTreeMap<i64, Vec<_>> = BTreeMap::new();
-        for row in read_table::<Gpu>(&gpu)? {
-            samples.entry(row.sample_ns).or_default().push(row);
+        let mut sample: Vec<GpuRow> = Vec::new();
+        for block in open_table::<Gpu>(&gpu)? {
+            for row in block? {
+                if sample.first().is_some_and(|r| r.sample_ns != row.sample_ns) {
+                    g.gpu(&sample);
+                    sample.clear();
+                }
+                sample.push(row);
+            }
         }
-        samples.values().for_each(|rows| g.gpu(rows));
+        if !sample.is_empty() {
+            g.gpu(&sample);
+        }
     }
     Ok(g)
 }
