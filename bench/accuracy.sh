@@ -9,7 +9,11 @@
 # row gets the recorder's peak RSS (/usr/bin/time) and how many connections the kernel
 # dropped from a full accept queue (TcpExt ListenOverflows).
 # VIEW=screen runs the recorder with --display screen inside a pseudo-terminal (script),
-# keys read, as a user at a terminal would (default: plain lines to a file).
+# keys read, as a user at a terminal would (default: plain lines to a file). PTY=1 runs
+# any VIEW there: `script` gives the recorder a session of its own, and with the kernel's
+# autogroup scheduling (on by default) that alone changes how the two cores are shared
+# with the simulator, so the view's cost is measured against plain lines in the same
+# pseudo-terminal (VIEW=plain PTY=1).
 # NO_BUILD=1 uses the binaries as built; SIM= and MATCH= name other builds of the
 # simulator (tokentrace) and of examples/accuracy_match.
 #   bash bench/accuracy.sh [STREAMS...=10 100 1000]     (PASSES=2 runs each level twice)
@@ -35,7 +39,7 @@ overflows() {
   awk '/^TcpExt:/ { if (!n) { for (i = 1; i <= NF; i++) k[i] = $i; n = NF } else
        for (i = 1; i <= NF; i++) if (k[i] == "ListenOverflows") print $i }' /proc/net/netstat
 }
-echo "## machine: $(nproc) vCPU, $(uname -sr); window $window, 1K prompts, 100 output tokens; --display $view"
+echo "## machine: $(nproc) vCPU, $(uname -sr); window $window, 1K prompts, 100 output tokens; --display $view${PTY:+ in a pseudo-terminal}"
 echo "| pass | streams | measured requests matched | TTFT error ms p50 / p99 / max | TTFT error > 100 ms | inter-token error ms p50 / p99 / max | send → simulator read ms p50 / p99 (send → kernel receive, kernel receive → read: the socket queue) | simulator intake (read → handler) ms p50 / p99 | first token arrival − write ms p50 / p99 | events between CPU samples | recorder CPU s (cores) | CPU s per 100K events | of it the view's thread | max RSS MiB | listen overflows |"
 echo "|---|---:|---:|---|---:|---|---|---|---|---:|---|---:|---:|---:|---:|"
 for pass in $(seq "$passes"); do
@@ -50,7 +54,7 @@ for pass in $(seq "$passes"); do
     args=(--target "http://127.0.0.1:$port" --out "$work/run-$pass-$n" --contexts 1K
       --concurrency "$n" --duration "$window" --max-tokens 100 --warmup-timeout 120s
       --drain-timeout 120s --display "$view")
-    if [ "$view" = screen ]; then
+    if [ "$view" = screen ] || [ -n "${PTY:-}" ]; then
       /usr/bin/time -f "%M" -o "$work/rss" script -qfec \
         "stty cols 160 rows 48; exec $recorder ${args[*]}" /dev/null \
         < /dev/null > "$work/record.log" 2>&1 &
