@@ -13,14 +13,13 @@ use std::time::{Duration, Instant};
 use tokentrace_schemas::clock::{RunClock, process_cpu_ns};
 use tokentrace_schemas::manifest::CellMeta;
 use tokentrace_schemas::protocol::{Drain, Engine, EngineSeries, LATE_TICK_MS, LagStat, Readiness};
-use tokentrace_schemas::tables::{
-    EndReason, Endpoint, EventKind, EventRow, MetricRow, MetricType, RequestRow, Role,
-};
+use tokentrace_schemas::tables::{Endpoint, EventKind, EventRow, MetricRow, MetricType, Role};
 use tokentrace_schemas::writer::CellWriter;
 use tokentrace_schemas::{CellKey, Phase};
 use tokio::sync::{Notify, oneshot, watch};
 
 use crate::client::{self, Lane, RunCtl};
+use crate::gauges::Outcomes;
 use crate::http::Transport;
 use crate::pace::{AfterRefusal, GaveUp, Pacer};
 use crate::queue::Record;
@@ -317,7 +316,7 @@ fn writer_loop(
 ) -> Result<Recorded, CellError> {
     let label = key.to_string();
     let mut commit = false;
-    let mut tally = Tally::default();
+    let mut tally = Outcomes::default();
     let mut lanes = feed.lanes_counter();
     loop {
         // Not woken per record (that costs the sender a futex call and a context switch
@@ -352,7 +351,7 @@ fn writer_loop(
                 }
                 tokens.fetch_add(n, Ordering::Relaxed);
                 if let Some(l) = &mut lanes {
-                    l.add(request_id, n, arrival_ns, feed);
+                    l.add(request_id, n, arrival_ns, &tally, feed);
                 }
             }
             Record::Request(q) => {
@@ -385,7 +384,7 @@ fn writer_loop(
         }
     }
     match &lanes {
-        Some(l) => l.finish(feed),
+        Some(l) => l.finish(&tally, feed),
         None => feed.lanes(Vec::new()),
     }
     if !commit {
@@ -401,59 +400,7 @@ fn writer_loop(
 #[derive(Debug)]
 pub struct Recorded {
     pub meta: CellMeta,
-    pub tally: Tally,
-}
-
-/// A cell's requests by how they ended.
-#[derive(Debug, Default)]
-pub struct Tally {
-    /// Request rows written.
-    pub requests: u64,
-    /// Requests that ended in an error before their first token (refused) …
-    pub refused: u64,
-    /// … and after it (failed mid-stream).
-    pub failed: u64,
-}
-
-impl Tally {
-    fn count(&mut self, row: &RequestRow) {
-        self.requests += 1;
-        if matches!(
-            row.end_reason,
-            EndReason::HttpError
-                | EndReason::StreamError
-                | EndReason::Disconnect
-                | EndReason::StallTimeout
-        ) {
-            if row.first_token_ns.is_some() {
-                self.failed += 1;
-            } else {
-                self.refused += 1;
-            }
-        }
-    }
-
-    /// "12 requests, none failed" or "12 requests (2 refused before streaming, 1 failed
-    /// mid-stream)".
-    pub fn requests_line(&self) -> String {
-        let plural = |n: u64, one: &str| format!("{n} {one}{}", if n == 1 { "" } else { "s" });
-        let mut parts = Vec::new();
-        if self.refused > 0 {
-            parts.push(format!("{} refused before streaming", self.refused));
-        }
-        if self.failed > 0 {
-            parts.push(format!("{} failed mid-stream", self.failed));
-        }
-        if parts.is_empty() {
-            format!("{}, none failed", plural(self.requests, "request"))
-        } else {
-            format!(
-                "{} ({})",
-                plural(self.requests, "request"),
-                parts.join(", ")
-            )
-        }
-    }
+    pub tally: Outcomes,
 }
 
 /// Measures how late a [`LAG_TICK`] tick fires on this runtime; queues one summary per second

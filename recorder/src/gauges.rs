@@ -130,7 +130,74 @@ pub struct Outcomes {
     pub retried: u64,
 }
 
+/// Why a request ended in an error, or `None` when it did not.
+fn error_of(row: &RequestRow) -> Option<String> {
+    Some(match row.end_reason {
+        EndReason::HttpError => match row.http_status {
+            Some(s) => format!("HTTP {s}"),
+            None => "an HTTP error".to_string(),
+        },
+        EndReason::StreamError => "an error event in the stream".to_string(),
+        EndReason::Disconnect => "the connection ended early".to_string(),
+        EndReason::StallTimeout => "no bytes within the stall timeout".to_string(),
+        EndReason::FinishedStop
+        | EndReason::FinishedLength
+        | EndReason::FinishedOther
+        | EndReason::Cancelled => return None,
+    })
+}
+
+fn is_error(row: &RequestRow) -> bool {
+    matches!(
+        row.end_reason,
+        EndReason::HttpError
+            | EndReason::StreamError
+            | EndReason::Disconnect
+            | EndReason::StallTimeout
+    )
+}
+
+fn was_retried(row: &RequestRow) -> bool {
+    row.retries.is_some_and(|r| r > 0)
+}
+
 impl Outcomes {
+    /// Counts the request row `row` the cell's writer takes.
+    pub fn count(&mut self, row: &RequestRow) {
+        self.requests += 1;
+        if is_error(row) {
+            if row.first_token_ns.is_some() {
+                self.failed += 1;
+            } else {
+                self.refused += 1;
+            }
+        }
+        self.stalled += u64::from(row.end_reason == EndReason::StallTimeout);
+        self.retried += u64::from(was_retried(row));
+    }
+
+    /// "12 requests, none failed" or "12 requests (2 refused before streaming, 1 failed
+    /// mid-stream)": the cell's progress line.
+    pub fn requests_line(&self) -> String {
+        let plural = |n: u64, one: &str| format!("{n} {one}{}", if n == 1 { "" } else { "s" });
+        let mut parts = Vec::new();
+        if self.refused > 0 {
+            parts.push(format!("{} refused before streaming", self.refused));
+        }
+        if self.failed > 0 {
+            parts.push(format!("{} failed mid-stream", self.failed));
+        }
+        if parts.is_empty() {
+            format!("{}, none failed", plural(self.requests, "request"))
+        } else {
+            format!(
+                "{} ({})",
+                plural(self.requests, "request"),
+                parts.join(", ")
+            )
+        }
+    }
+
     /// "1,234 requests · 2 refused · 1 failed (1 stalled) · 3 retried", the zeros left
     /// out.
     pub fn line(&self) -> String {
@@ -248,14 +315,14 @@ pub struct Lanes {
     tokens: BTreeMap<i64, u64>,
     /// When the lanes were last handed over (run clock, ns); none yet.
     sent_ns: Option<i64>,
-    outcomes: Outcomes,
     /// Notes made for this cell.
     noted: u32,
 }
 
 impl Lanes {
-    /// Request `id` received `n` more tokens in a read that arrived at `at_ns`.
-    pub fn add(&mut self, id: i64, n: u64, at_ns: i64, feed: &Feed) {
+    /// Request `id` received `n` more tokens in a read that arrived at `at_ns`; `so_far`
+    /// is the cell's outcomes, handed over with the lanes.
+    pub fn add(&mut self, id: i64, n: u64, at_ns: i64, so_far: &Outcomes, feed: &Feed) {
         *self.tokens.entry(id).or_default() += n;
         let every = LANES_EVERY.as_nanos() as i64;
         if self
@@ -264,57 +331,38 @@ impl Lanes {
         {
             self.sent_ns = Some(at_ns);
             feed.lanes(self.tokens.values().copied().collect());
-            feed.outcomes(self.outcomes);
+            feed.outcomes(*so_far);
         }
     }
 
-    /// Request `row` ended: counted by outcome; the cell's first few refusals, failures,
+    /// Request `row` ended: its lane closes; the cell's first few refusals, failures,
     /// stalls and retries are noted for the event log (`cell` names the cell).
     pub fn ended(&mut self, row: &RequestRow, cell: &str, feed: &Feed) {
         self.tokens.remove(&row.request_id);
-        let o = &mut self.outcomes;
-        o.requests += 1;
-        let retried = row.retries.is_some_and(|r| r > 0);
-        o.retried += u64::from(retried);
-        let why = match row.end_reason {
-            EndReason::HttpError => match row.http_status {
-                Some(s) => format!("HTTP {s}"),
-                None => "an HTTP error".to_string(),
-            },
-            EndReason::StreamError => "an error event in the stream".to_string(),
-            EndReason::Disconnect => "the connection ended early".to_string(),
-            EndReason::StallTimeout => "no bytes within the stall timeout".to_string(),
-            _ => String::new(),
-        };
-        let when = if row.first_token_ns.is_some() {
-            o.failed += u64::from(!why.is_empty());
-            "after its first token"
-        } else {
-            o.refused += u64::from(!why.is_empty());
-            "before its first token"
-        };
-        o.stalled += u64::from(row.end_reason == EndReason::StallTimeout);
-        let line = if !why.is_empty() {
+        let line = if let Some(why) = error_of(row) {
+            let when = if row.first_token_ns.is_some() {
+                "after its first token"
+            } else {
+                "before its first token"
+            };
             let detail = row
                 .error
                 .as_deref()
                 .map(|e| format!(": {}", e.chars().take(80).collect::<String>()))
                 .unwrap_or_default();
-            Some(format!(
+            format!(
                 "{cell}: request {} ended {when}: {why}{detail}",
                 row.request_id
-            ))
-        } else if retried {
-            Some(format!(
+            )
+        } else if was_retried(row) {
+            format!(
                 "{cell}: request {} sent again on a new connection (its reused one was closed)",
                 row.request_id
-            ))
+            )
         } else {
-            None
+            return;
         };
-        if let Some(line) = line {
-            self.note(line, cell, feed);
-        }
+        self.note(line, cell, feed);
     }
 
     /// A fault the cell's writer recorded (`detail` as the events table has it).
@@ -335,8 +383,8 @@ impl Lanes {
     }
 
     /// The cell's writer is done: its last outcomes handed over, the lanes emptied.
-    pub fn finish(&self, feed: &Feed) {
-        feed.outcomes(self.outcomes);
+    pub fn finish(&self, outcomes: &Outcomes, feed: &Feed) {
+        feed.outcomes(*outcomes);
         feed.lanes(Vec::new());
     }
 }
@@ -400,18 +448,19 @@ mod tests {
         assert!(feed.lanes_counter().is_none(), "no view: nothing counted");
         feed.want_lanes();
         let mut lanes = feed.lanes_counter().expect("a view draws lanes");
+        let none = Outcomes::default();
         let ms = 1_000_000;
-        lanes.add(7, 1, 1000 * ms, &feed);
+        lanes.add(7, 1, 1000 * ms, &none, &feed);
         assert_eq!(
             feed.gauges().lanes,
             vec![1],
             "the first read is handed over"
         );
-        lanes.add(3, 2, 1100 * ms, &feed);
-        lanes.add(7, 4, 1200 * ms, &feed);
+        lanes.add(3, 2, 1100 * ms, &none, &feed);
+        lanes.add(7, 4, 1200 * ms, &none, &feed);
         assert_eq!(feed.gauges().lanes, vec![1], "within 250 ms: not yet");
         lanes.ended(&ended(3, EndReason::FinishedStop, None, true), "c", &feed);
-        lanes.add(7, 1, 1250 * ms, &feed);
+        lanes.add(7, 1, 1250 * ms, &none, &feed);
         assert_eq!(
             feed.gauges().lanes,
             vec![6],
@@ -435,27 +484,21 @@ mod tests {
         let feed = Feed::default();
         feed.want_lanes();
         let mut lanes = feed.lanes_counter().expect("wanted");
-        lanes.add(1, 3, 0, &feed);
-        lanes.ended(
-            &ended(1, EndReason::FinishedStop, None, true),
-            "ctx 1K ×2",
-            &feed,
-        );
-        lanes.ended(
-            &ended(2, EndReason::HttpError, Some(503), false),
-            "ctx 1K ×2",
-            &feed,
-        );
-        lanes.ended(
-            &ended(3, EndReason::StallTimeout, None, true),
-            "ctx 1K ×2",
-            &feed,
-        );
+        let mut tally = Outcomes::default();
+        // As the cell's writer takes a request row: counted, then its lane closed.
+        let mut end = |row: RequestRow, lanes: &mut Lanes| {
+            tally.count(&row);
+            lanes.ended(&row, "ctx 1K ×2", &feed);
+        };
+        lanes.add(1, 3, 0, &Outcomes::default(), &feed);
+        end(ended(1, EndReason::FinishedStop, None, true), &mut lanes);
+        end(ended(2, EndReason::HttpError, Some(503), false), &mut lanes);
+        end(ended(3, EndReason::StallTimeout, None, true), &mut lanes);
         let retried = RequestRow {
             retries: Some(1),
             ..ended(4, EndReason::FinishedLength, None, true)
         };
-        lanes.ended(&retried, "ctx 1K ×2", &feed);
+        end(retried, &mut lanes);
         lanes.fault("the scraper lost /metrics", "ctx 1K ×2", &feed);
         let notes = feed.take_notes();
         assert_eq!(
@@ -468,7 +511,7 @@ mod tests {
             ]
         );
         assert!(feed.take_notes().is_empty(), "taken once");
-        lanes.finish(&feed);
+        lanes.finish(&tally, &feed);
         let o = feed.gauges().outcomes;
         assert_eq!(
             o,

@@ -10,7 +10,8 @@ use std::time::Duration;
 use tokentrace_schemas::layout::{CELL_FILE, CellKey, MANIFEST_FILE, table_file};
 use tokentrace_schemas::manifest::{CellStatus, Manifest};
 use tokentrace_schemas::reader::open_table;
-use tokentrace_schemas::tables::{Gpu, GpuRow, MetricRow, Metrics};
+use tokentrace_schemas::table::Table;
+use tokentrace_schemas::tables::{Gpu, Metrics};
 use tokentrace_score::live::Board;
 
 use super::state::State;
@@ -56,41 +57,40 @@ pub fn complete(m: &Manifest) -> bool {
 /// The gauges of a committed cell, scrape by scrape (the last cell's, for `watch`).
 pub fn cell_gauges(dir: &Path) -> tokentrace_schemas::Result<Gauges> {
     let mut g = Gauges::default();
-    // Block by block, one scrape (or GPU sample) at a time: a scrape's rows are written
-    // together, so memory holds one scrape, not the cell's table.
-    let mut scrape: Vec<MetricRow> = Vec::new();
-    for block in open_table::<Metrics>(&dir.join(table_file::<Metrics>()))? {
-        for row in block? {
-            if scrape
-                .first()
-                .is_some_and(|r| r.scrape_start_ns != row.scrape_start_ns)
-            {
-                g.scraped(&scrape);
-                scrape.clear();
-            }
-            scrape.push(row);
-        }
-    }
-    if !scrape.is_empty() {
-        g.scraped(&scrape);
-    }
+    by_sample::<Metrics, _>(
+        &dir.join(table_file::<Metrics>()),
+        |r| r.scrape_start_ns,
+        |rows| g.scraped(rows),
+    )?;
     let gpu = dir.join(table_file::<Gpu>());
     if gpu.exists() {
-        let mut sample: Vec<GpuRow> = Vec::new();
-        for block in open_table::<Gpu>(&gpu)? {
-            for row in block? {
-                if sample.first().is_some_and(|r| r.sample_ns != row.sample_ns) {
-                    g.gpu(&sample);
-                    sample.clear();
-                }
-                sample.push(row);
-            }
-        }
-        if !sample.is_empty() {
-            g.gpu(&sample);
-        }
+        by_sample::<Gpu, _>(&gpu, |r| r.sample_ns, |rows| g.gpu(rows))?;
     }
     Ok(g)
+}
+
+/// Hands `f` the rows of the table at `path` one sample (rows of equal `at`) at a time,
+/// block by block: a sample's rows are written together, so memory holds one sample,
+/// not the cell's table.
+fn by_sample<T: Table, F: FnMut(&[T::Row])>(
+    path: &Path,
+    at: fn(&T::Row) -> i64,
+    mut f: F,
+) -> tokentrace_schemas::Result<()> {
+    let mut sample: Vec<T::Row> = Vec::new();
+    for block in open_table::<T>(path)? {
+        for row in block? {
+            if sample.first().is_some_and(|r| at(r) != at(&row)) {
+                f(&sample);
+                sample.clear();
+            }
+            sample.push(row);
+        }
+    }
+    if !sample.is_empty() {
+        f(&sample);
+    }
+    Ok(())
 }
 
 /// Looks at a complete manifest before `watch` ends even with a cell it could not score.
