@@ -305,7 +305,8 @@ impl Req<'_> {
                 ))));
             }
         }
-        self.asm.row_mut().sent_ns = Some(self.clock.now_ns());
+        let sent_ns = self.clock.now_ns();
+        self.asm.row_mut().sent_ns = Some(sent_ns);
 
         // The response head (1xx interim responses are skipped).
         let mut got_any = false;
@@ -333,7 +334,10 @@ impl Req<'_> {
                 }
                 Wait::Done(Ok(_)) => {
                     got_any = true;
-                    self.asm.row_mut().headers_ns = Some(self.clock.now_ns());
+                    // A read's time is the kernel's receipt of its bytes where the
+                    // platform stamps them; never before the send as this task saw it.
+                    let at = (self.clock.now_ns() - conn.read_age_ns()).max(sent_ns);
+                    self.asm.row_mut().headers_ns = Some(at);
                 }
                 Wait::Done(Err(e)) if may_retry && !got_any => {
                     return Attempt::Retry(format!("read: {e}"));
@@ -394,7 +398,9 @@ impl Req<'_> {
                         "stream failed: connection closed before the response ended".to_string(),
                     ));
                 }
-                Wait::Done(Ok(_)) => arrival = self.clock.now_ns(),
+                Wait::Done(Ok(_)) => {
+                    arrival = (self.clock.now_ns() - conn.read_age_ns()).max(arrival);
+                }
                 Wait::Done(Err(e)) => return ended(End::Failed(format!("stream failed: {e}"))),
                 Wait::Cancelled => return ended(End::Cancelled),
                 Wait::Stalled => {

@@ -8,7 +8,8 @@
 
 use std::sync::atomic::{AtomicI64, Ordering};
 
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokentrace_schemas::rx_stamp::RxStamps;
+use tokio::io::{AsyncReadExt, AsyncWriteExt, Interest};
 use tokio::net::TcpStream;
 
 /// Longest response head accepted.
@@ -134,8 +135,11 @@ impl Transport {
             .map_err(std::io::Error::other)?;
         let stream = TcpStream::connect(&self.addr).await?;
         stream.set_nodelay(true)?;
+        let stamps = RxStamps::enable(&stream);
         Ok(Conn {
             stream,
+            stamps,
+            age_ns: 0,
             id: self.next_conn.fetch_add(1, Ordering::Relaxed),
             buf: vec![0; READ_BUFFER],
             start: 0,
@@ -150,6 +154,11 @@ impl Transport {
 #[derive(Debug)]
 pub struct Conn {
     stream: TcpStream,
+    /// Kernel receive stamps of the reads, where the platform gives them.
+    stamps: Option<RxStamps>,
+    /// How long before the last read returned the kernel received its newest bytes (0
+    /// where no stamp came with them).
+    age_ns: i64,
     /// Recorder-assigned id, unique within the run.
     pub id: i64,
     buf: Vec<u8>,
@@ -194,9 +203,39 @@ impl Conn {
         if self.end == self.buf.len() {
             return Err(std::io::Error::other("response head too long"));
         }
-        let n = self.stream.read(&mut self.buf[self.end..]).await?;
+        let Conn {
+            stream,
+            stamps,
+            buf,
+            end,
+            ..
+        } = self;
+        let n = match stamps {
+            None => stream.read(&mut buf[*end..]).await?,
+            Some(stamps) => loop {
+                stream.readable().await?;
+                match stream.try_io(Interest::READABLE, || {
+                    stamps.recv(&*stream, &mut buf[*end..])
+                }) {
+                    Ok((n, age)) => {
+                        self.age_ns = age.unwrap_or(0);
+                        break n;
+                    }
+                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => continue,
+                    Err(e) => return Err(e),
+                }
+            },
+        };
         self.end += n;
         Ok(n)
+    }
+
+    /// How long before the last read returned the kernel received the newest of its
+    /// bytes (ns; 0 where the platform gives no receive stamps). A read's arrival is the
+    /// clock as it returns less this, so the recorder's own delay in getting to the
+    /// read (a busy core, a task queued behind others) is not counted as the server's.
+    pub fn read_age_ns(&self) -> i64 {
+        self.age_ns
     }
 
     /// The bytes read and not consumed yet.

@@ -18,6 +18,7 @@ pub mod raw;
 pub mod reader;
 pub mod redact;
 pub mod rng;
+pub mod rx_stamp;
 pub mod schedule;
 pub mod table;
 pub mod tables;
