@@ -214,15 +214,29 @@ impl Conn {
             None => stream.read(&mut buf[*end..]).await?,
             Some(stamps) => loop {
                 stream.readable().await?;
-                match stream.try_io(Interest::READABLE, || {
-                    stamps.recv(&*stream, &mut buf[*end..])
-                }) {
-                    Ok((n, age)) => {
+                let room = buf.len() - *end;
+                let mut got = None;
+                let r = stream.try_io(Interest::READABLE, || {
+                    let (n, age) = stamps.recv(&*stream, &mut buf[*end..])?;
+                    got = Some((n, age));
+                    // A short read has drained the socket: say so, and tokio clears its
+                    // readiness now, as its own reads do, instead of learning it from
+                    // one more read that would block (a system call per event).
+                    if n > 0 && n < room {
+                        Err(std::io::ErrorKind::WouldBlock.into())
+                    } else {
+                        Ok(())
+                    }
+                });
+                match (r, got) {
+                    (_, Some((n, age))) => {
                         self.age_ns = age.unwrap_or(0);
                         break n;
                     }
-                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => continue,
-                    Err(e) => return Err(e),
+                    (Err(e), None) if e.kind() != std::io::ErrorKind::WouldBlock => {
+                        return Err(e);
+                    }
+                    _ => continue,
                 }
             },
         };

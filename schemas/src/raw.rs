@@ -28,10 +28,15 @@ pub struct RawFrame {
     pub bytes: Vec<u8>,
 }
 
-/// Appends frames to a zstd stream (bounded memory: zstd's window plus one buffer).
+/// Bytes of frames gathered before they go to the compressor: a call into zstd per
+/// frame header and per read cost more than the compression itself (two calls per token
+/// event; measured in BENCHMARKS.md, issue 26).
+const INPUT_BUFFER: usize = 64 * 1024;
+
+/// Appends frames to a zstd stream (bounded memory: zstd's window plus two buffers).
 pub struct RawWriter {
     path: PathBuf,
-    enc: zstd::stream::write::Encoder<'static, BufWriter<File>>,
+    enc: BufWriter<zstd::stream::write::Encoder<'static, BufWriter<File>>>,
     frames: u64,
 }
 
@@ -53,6 +58,7 @@ impl RawWriter {
         enc.write_all(RAW_MAGIC)
             .and_then(|()| enc.write_all(&SCHEMA_VERSION.to_le_bytes()))
             .map_err(|e| Error::io(path, e))?;
+        let enc = BufWriter::with_capacity(INPUT_BUFFER, enc);
         Ok(RawWriter {
             path: path.to_path_buf(),
             enc,
@@ -80,7 +86,11 @@ impl RawWriter {
     /// Ends the zstd stream and fsyncs the file.
     pub fn finish(self) -> Result<FileStat> {
         let path = self.path;
-        let buf = self.enc.finish().map_err(|e| Error::io(&path, e))?;
+        let enc = self
+            .enc
+            .into_inner()
+            .map_err(|e| Error::io(&path, e.into_error()))?;
+        let buf = enc.finish().map_err(|e| Error::io(&path, e))?;
         let file = buf
             .into_inner()
             .map_err(|e| Error::io(&path, e.into_error()))?;

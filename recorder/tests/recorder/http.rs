@@ -83,3 +83,64 @@ fn heads() {
     let h = b"HTTP/1.1 200 OK\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\n";
     assert!(parse_head(h).is_err());
 }
+
+/// A read's time is the kernel's receipt of its bytes: bytes left 30 ms in the socket
+/// before the read say so (`read_age_ns`), so a recorder slow to get to a read does not
+/// count its delay as the server's. Reads that drain the socket leave the connection
+/// ready for the next bytes (none lost, none waited for), and the end reads as 0.
+#[cfg(target_os = "linux")]
+#[tokio::test]
+async fn reads_carry_how_long_their_bytes_waited() {
+    use std::io::Write;
+    use std::time::Duration;
+    use tokentrace_recorder::http::Transport;
+
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let url = format!(
+        "http://{}/v1/completions",
+        listener.local_addr().expect("addr")
+    );
+    let transport = Transport::new(&url, &[]).expect("transport");
+    let mut conn = transport.connect().await.expect("connect");
+    let (mut server, _) = listener.accept().expect("accept");
+    // One read, or a failure after 5 s.
+    async fn read(conn: &mut tokentrace_recorder::http::Conn) -> usize {
+        tokio::time::timeout(Duration::from_secs(5), conn.read_more())
+            .await
+            .expect("the read returns: bytes waiting are read, not waited for")
+            .expect("read")
+    }
+    let mut seen = Vec::new();
+    let mut ages = Vec::new();
+    // The kernel turns stamping on for the host through deferred work: the first
+    // segments after the first socket asks may come unstamped, so a few rounds.
+    for round in 0..20u8 {
+        server.write_all(&[b'a' + round]).expect("write");
+        tokio::time::sleep(Duration::from_millis(30)).await;
+        let n = read(&mut conn).await;
+        assert_eq!(n, 1);
+        seen.extend_from_slice(conn.pending());
+        conn.consume(n);
+        ages.push(conn.read_age_ns());
+        if conn.read_age_ns() > 0 {
+            break;
+        }
+    }
+    let age = ages.iter().copied().find(|&a| a > 0);
+    let age = age.unwrap_or_else(|| panic!("no read stamped in {} rounds", ages.len()));
+    assert!(
+        (30_000_000..10_000_000_000).contains(&age),
+        "bytes left 30 ms in the socket read with an age of {age} ns"
+    );
+    // Bytes that come after a read drained the socket are read at once.
+    for word in [&b"more"[..], b"and more"] {
+        server.write_all(word).expect("write");
+        let n = read(&mut conn).await;
+        assert_eq!(conn.pending(), word);
+        conn.consume(n);
+        assert!(conn.read_age_ns() < 5_000_000_000);
+    }
+    drop(server);
+    assert_eq!(read(&mut conn).await, 0, "the end of the stream");
+    assert_eq!(seen.first(), Some(&b'a'));
+}
