@@ -310,6 +310,8 @@ impl Req<'_> {
 
         // The response head (1xx interim responses are skipped).
         let mut got_any = false;
+        // When the last read returned, and how long before that its bytes arrived.
+        let mut returned_ns = sent_ns;
         let head = loop {
             match parse_head(conn.pending()) {
                 Ok(Some((head, len))) => {
@@ -336,7 +338,8 @@ impl Req<'_> {
                     got_any = true;
                     // A read's time is the kernel's receipt of its bytes where the
                     // platform stamps them; never before the send as this task saw it.
-                    let at = (self.clock.now_ns() - conn.read_age_ns()).max(sent_ns);
+                    returned_ns = self.clock.now_ns();
+                    let at = (returned_ns - conn.read_age_ns()).max(sent_ns);
                     self.asm.row_mut().headers_ns = Some(at);
                 }
                 Wait::Done(Err(e)) if may_retry && !got_any => {
@@ -379,7 +382,7 @@ impl Req<'_> {
             };
             conn.consume(used);
             if !body.is_empty()
-                && let Err(e) = self.take(arrival, body).await
+                && let Err(e) = self.take(arrival, returned_ns - arrival, body).await
             {
                 return ended(End::Failed(e));
             }
@@ -399,7 +402,8 @@ impl Req<'_> {
                     ));
                 }
                 Wait::Done(Ok(_)) => {
-                    arrival = (self.clock.now_ns() - conn.read_age_ns()).max(arrival);
+                    returned_ns = self.clock.now_ns();
+                    arrival = (returned_ns - conn.read_age_ns()).max(arrival);
                 }
                 Wait::Done(Err(e)) => return ended(End::Failed(format!("stream failed: {e}"))),
                 Wait::Cancelled => return ended(End::Cancelled),
@@ -413,13 +417,24 @@ impl Req<'_> {
         }
     }
 
-    /// Hands one read's body bytes to the assembler and its rows to the writer.
-    async fn take(&mut self, arrival_ns: i64, bytes: Vec<u8>) -> Result<(), String> {
+    /// Hands one read's body bytes to the assembler and its rows to the writer. `waited_ns`
+    /// is how long before the read returned its bytes arrived: a row's queueing delay
+    /// counts from the read's return (the recorder's delay after it has the bytes), as
+    /// before arrival times were the kernel's.
+    async fn take(
+        &mut self,
+        arrival_ns: i64,
+        waited_ns: i64,
+        bytes: Vec<u8>,
+    ) -> Result<(), String> {
         let mut chunks = Vec::new();
         let clock = self.clock;
-        let r = self
-            .asm
-            .read(arrival_ns, &bytes, &mut || clock.now_ns(), &mut chunks);
+        let r = self.asm.read(
+            arrival_ns,
+            &bytes,
+            &mut || clock.now_ns() - waited_ns,
+            &mut chunks,
+        );
         if let Some(t) = self.asm.first_token_ns()
             && let Some(tell) = self.first_token.take()
         {
