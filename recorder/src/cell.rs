@@ -1,5 +1,5 @@
 //! One cell of a run, recorded: a writer thread fed by a bounded channel, a metrics
-//! scraper, a 10 ms tick that measures the recorder's own lateness, and one cold scout
+//! scraper, a 50 ms tick that measures the recorder's own lateness, and one cold scout
 //! (prefill), N closed-loop workers with readiness warm-up, a fixed window, cancel at
 //! window close and a drain barrier (decode), exactly N requests run to completion
 //! (burst), or open-loop arrivals on a schedule (rate) or a workload's times (replay).
@@ -32,9 +32,16 @@ use tokentrace_schemas::manifest::TokenCounting;
 /// 5 ms poll cost 5% of the recorder's whole-run CPU at 20 req/s, BENCHMARKS.md); the
 /// queue's bounds, not this period, cap memory.
 pub const WRITER_POLL: Duration = Duration::from_millis(50);
-/// Period of the tick whose lateness measures the recorder's own delay. Any stall longer
-/// than it shows; a shorter one costs wake-ups that are themselves client load.
-pub const LAG_TICK: Duration = Duration::from_millis(10);
+/// Period of the tick whose lateness measures the recorder's own delay. The share of ticks
+/// later than a threshold estimates the share of the time the runtime was that late,
+/// whatever the period; a stall longer than the period always shows, a shorter one with a
+/// chance of its length over the period. Each tick is a wake-up of its own: at 10 ms they
+/// were a tenth of the recorder's CPU at 20 req/s (BENCHMARKS.md).
+pub const LAG_TICK: Duration = Duration::from_millis(50);
+/// Bytes of records (by [`queue::weight`]) a cell's writer holds back to encode once the
+/// cell's requests have ended (see `Stash`). With the queue's bound, what waits between
+/// network and disk stays under this plus [`queue::QUEUE_BYTES`].
+pub const STASH_BYTES: usize = 64 << 20;
 pub use tokentrace_schemas::protocol::{CLIENT_CPU_METRIC, CLIENT_LAG_METRIC};
 /// How long the drain barrier waits when the server has no metrics to ask.
 pub const NO_METRICS_WAIT: Duration = Duration::from_secs(1);
@@ -320,6 +327,7 @@ fn writer_loop(
     let mut commit = false;
     let mut tally = Outcomes::default();
     let mut lanes = feed.lanes_counter();
+    let mut stash = Stash::default();
     loop {
         // Not woken per record (that costs the sender a futex call and a context switch
         // each): it sleeps [`WRITER_POLL`] at a time, woken early only by a queue half
@@ -336,41 +344,27 @@ fn writer_loop(
             }
             Err(queue::Empty::Done) => break,
         };
-        match r {
+        // Counted as it comes (the progress line and the live view), written later.
+        match &r {
             Record::Read {
                 request_id,
                 arrival_ns,
-                bytes,
                 chunks,
+                ..
             } => {
-                if !bytes.is_empty() {
-                    w.raw.write(request_id, arrival_ns, &bytes)?;
-                }
-                let mut n = 0u64;
-                for c in chunks {
-                    n += c.tokens.and_then(|t| u64::try_from(t).ok()).unwrap_or(0);
-                    w.push_chunk(c)?;
-                }
+                let n: u64 = chunks
+                    .iter()
+                    .map(|c| c.tokens.and_then(|t| u64::try_from(t).ok()).unwrap_or(0))
+                    .sum();
                 tokens.fetch_add(n, Ordering::Relaxed);
                 if let Some(l) = &mut lanes {
-                    l.add(request_id, n, arrival_ns, &tally, feed);
+                    l.add(*request_id, n, *arrival_ns, &tally, feed);
                 }
             }
             Record::Request(q) => {
-                tally.count(&q);
+                tally.count(q);
                 if let Some(l) = &mut lanes {
-                    l.ended(&q, &label, feed);
-                }
-                w.push_request(*q)?
-            }
-            Record::Metrics(rows) => {
-                for m in rows {
-                    w.push_metric(m)?;
-                }
-            }
-            Record::Gpu(rows) => {
-                for g in rows {
-                    w.push_gpu(g)?;
+                    l.ended(q, &label, feed);
                 }
             }
             Record::Event(e) => {
@@ -379,10 +373,12 @@ fn writer_loop(
                 {
                     l.fault(e.detail.as_deref().unwrap_or("a fault"), &label, feed);
                 }
-                w.push_event(e)?
             }
-            Record::Replay(r) => w.push_replay(*r)?,
             Record::Commit => commit = true,
+            Record::Metrics(_) | Record::Gpu(_) | Record::Replay(_) => {}
+        }
+        for r in stash.hold(r) {
+            write_record(&mut w, r)?;
         }
     }
     match &lanes {
@@ -392,10 +388,80 @@ fn writer_loop(
     if !commit {
         return Err(CellError::Abandoned);
     }
+    for r in stash.rest() {
+        write_record(&mut w, r)?;
+    }
     Ok(Recorded {
         meta: w.commit()?,
         tally,
     })
+}
+
+/// Records the writer holds back, oldest first, up to [`STASH_BYTES`]: while a cell's
+/// load runs the writer only counts what comes, and encodes it (the zstd raw capture,
+/// Parquet rows) once the cell's requests have ended, so that work does not compete with
+/// the requests it records. Past the bound the oldest are written as new ones come, as
+/// without a stash. Nothing is lost by waiting: a cell is kept only when it commits.
+#[derive(Default)]
+struct Stash {
+    held: std::collections::VecDeque<(Record, usize)>,
+    bytes: usize,
+}
+
+impl Stash {
+    /// Holds `r`; returns the records to write now to stay within the bound.
+    fn hold(&mut self, r: Record) -> impl Iterator<Item = Record> + '_ {
+        let weight = queue::weight(&r) + std::mem::size_of::<(Record, usize)>();
+        self.bytes += weight;
+        self.held.push_back((r, weight));
+        std::iter::from_fn(move || {
+            if self.bytes <= STASH_BYTES {
+                return None;
+            }
+            let (r, weight) = self.held.pop_front()?;
+            self.bytes -= weight;
+            Some(r)
+        })
+    }
+
+    /// Everything held, oldest first.
+    fn rest(self) -> impl Iterator<Item = Record> {
+        self.held.into_iter().map(|(r, _)| r)
+    }
+}
+
+/// Writes one record into the cell's tables.
+fn write_record(w: &mut CellWriter, r: Record) -> Result<(), CellError> {
+    match r {
+        Record::Read {
+            request_id,
+            arrival_ns,
+            bytes,
+            chunks,
+        } => {
+            if !bytes.is_empty() {
+                w.raw.write(request_id, arrival_ns, &bytes)?;
+            }
+            for c in chunks {
+                w.push_chunk(c)?;
+            }
+        }
+        Record::Request(q) => w.push_request(*q)?,
+        Record::Metrics(rows) => {
+            for m in rows {
+                w.push_metric(m)?;
+            }
+        }
+        Record::Gpu(rows) => {
+            for g in rows {
+                w.push_gpu(g)?;
+            }
+        }
+        Record::Event(e) => w.push_event(e)?,
+        Record::Replay(r) => w.push_replay(*r)?,
+        Record::Commit => {}
+    }
+    Ok(())
 }
 
 /// A committed cell, with its requests counted for the progress line.
@@ -1151,5 +1217,46 @@ where
             let _ = cancel_tx.send(true);
             let _ = all.await;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn read(id: i64, bytes: usize) -> Record {
+        Record::Read {
+            request_id: id,
+            arrival_ns: id,
+            bytes: vec![0; bytes],
+            chunks: Vec::new(),
+        }
+    }
+
+    fn id(r: &Record) -> i64 {
+        match r {
+            Record::Read { request_id, .. } => *request_id,
+            _ => -1,
+        }
+    }
+
+    #[test]
+    fn the_stash_holds_records_up_to_its_bound_then_writes_the_oldest() {
+        let mut stash = Stash::default();
+        let third = STASH_BYTES / 3;
+        assert_eq!(stash.hold(read(1, third)).count(), 0);
+        assert_eq!(stash.hold(read(2, third)).count(), 0);
+        assert_eq!(stash.hold(Record::Commit).count(), 0, "under the bound");
+        // The fourth passes the bound: the oldest goes out, and only as many as needed.
+        let out: Vec<i64> = stash.hold(read(4, third)).map(|r| id(&r)).collect();
+        assert_eq!(out, [1]);
+        assert!(stash.bytes <= STASH_BYTES);
+        // A record heavier than the whole bound goes out with everything before it.
+        let out: Vec<i64> = stash.hold(read(5, STASH_BYTES)).map(|r| id(&r)).collect();
+        assert_eq!(out, [2, -1, 4, 5]);
+        assert_eq!(stash.bytes, 0);
+        assert_eq!(stash.hold(read(6, 10)).count(), 0);
+        let rest: Vec<i64> = stash.rest().map(|r| id(&r)).collect();
+        assert_eq!(rest, [6], "the rest, oldest first");
     }
 }

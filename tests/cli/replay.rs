@@ -156,7 +156,10 @@ fn a_recorded_run_replays_request_for_request() {
             compared += 1;
         }
     }
-    assert!(compared >= 200, "only {compared} requests compared");
+    // How many requests run A's 2 s cells hold depends on the machine's speed: over 200
+    // alone, 151 once beside the rest of the suite and a build on two cores. Enough that
+    // the median and p99 below say something is all this asks.
+    assert!(compared >= 50, "only {compared} requests compared");
     // Each request was due at exactly its original offset (asserted above); how late
     // it left is the client's lag. Alone, this debug build keeps it under 1.1 ms at p99;
     // beside the rest of the suite on two cores, OS time slices reach several ms (a
