@@ -375,7 +375,9 @@ impl Req<'_> {
         let mut dec = BodyDecoder::new(head.body);
         let mut arrival = head_ns;
         loop {
-            let mut body = Vec::new();
+            // Sized once: the body is at most what is pending (a vector grown by pushes
+            // holds up to twice its bytes, and a cell's writer holds its reads a while).
+            let mut body = Vec::with_capacity(conn.pending().len());
             let used = match dec.decode(conn.pending(), &mut body) {
                 Ok(n) => n,
                 Err(e) => return ended(End::Failed(format!("stream failed: {e}"))),
@@ -427,7 +429,9 @@ impl Req<'_> {
         waited_ns: i64,
         bytes: Vec<u8>,
     ) -> Result<(), String> {
-        let mut chunks = Vec::new();
+        // Room for one row, the usual read's: a first push into an empty vector makes
+        // room for four (hundreds of bytes unused per read, held by the writer).
+        let mut chunks = Vec::with_capacity(1);
         let clock = self.clock;
         let r = self.asm.read(
             arrival_ns,
