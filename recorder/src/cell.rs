@@ -332,8 +332,8 @@ fn writer_loop(
         // Not woken per record (that costs the sender a futex call and a context switch
         // each): it sleeps [`WRITER_POLL`] at a time, woken early only by a queue half
         // full or the cell's commit.
-        let r = match rx.try_recv() {
-            Ok(r) => r,
+        let (r, weight) = match rx.try_recv_weighed() {
+            Ok(got) => got,
             Err(queue::Empty::Now) => {
                 // Stopping before the cell was told to commit: nothing of it is kept.
                 if !commit && stop.load(Ordering::Acquire) {
@@ -377,7 +377,7 @@ fn writer_loop(
             Record::Commit => commit = true,
             Record::Metrics(_) | Record::Gpu(_) | Record::Replay(_) => {}
         }
-        for r in stash.hold(r) {
+        for r in stash.hold(r, weight) {
             write_record(&mut w, r)?;
         }
     }
@@ -409,9 +409,10 @@ struct Stash {
 }
 
 impl Stash {
-    /// Holds `r`; returns the records to write now to stay within the bound.
-    fn hold(&mut self, r: Record) -> impl Iterator<Item = Record> + '_ {
-        let weight = queue::weight(&r) + std::mem::size_of::<(Record, usize)>();
+    /// Holds `r`, of [`queue::weight`] `weight`; returns the records to write now to stay
+    /// within the bound.
+    fn hold(&mut self, r: Record, weight: usize) -> impl Iterator<Item = Record> + '_ {
+        let weight = weight + std::mem::size_of::<(Record, usize)>();
         self.bytes += weight;
         self.held.push_back((r, weight));
         std::iter::from_fn(move || {
@@ -1233,6 +1234,12 @@ mod tests {
         }
     }
 
+    /// Holds `r` with its queue weight, as the writer does.
+    fn hold(stash: &mut Stash, r: Record) -> Vec<Record> {
+        let w = queue::weight(&r);
+        stash.hold(r, w).collect()
+    }
+
     fn id(r: &Record) -> i64 {
         match r {
             Record::Read { request_id, .. } => *request_id,
@@ -1244,18 +1251,21 @@ mod tests {
     fn the_stash_holds_records_up_to_its_bound_then_writes_the_oldest() {
         let mut stash = Stash::default();
         let third = STASH_BYTES / 3;
-        assert_eq!(stash.hold(read(1, third)).count(), 0);
-        assert_eq!(stash.hold(read(2, third)).count(), 0);
-        assert_eq!(stash.hold(Record::Commit).count(), 0, "under the bound");
+        assert_eq!(hold(&mut stash, read(1, third)).len(), 0);
+        assert_eq!(hold(&mut stash, read(2, third)).len(), 0);
+        assert_eq!(hold(&mut stash, Record::Commit).len(), 0, "under the bound");
         // The fourth passes the bound: the oldest goes out, and only as many as needed.
-        let out: Vec<i64> = stash.hold(read(4, third)).map(|r| id(&r)).collect();
+        let out: Vec<i64> = hold(&mut stash, read(4, third)).iter().map(id).collect();
         assert_eq!(out, [1]);
         assert!(stash.bytes <= STASH_BYTES);
         // A record heavier than the whole bound goes out with everything before it.
-        let out: Vec<i64> = stash.hold(read(5, STASH_BYTES)).map(|r| id(&r)).collect();
+        let out: Vec<i64> = hold(&mut stash, read(5, STASH_BYTES))
+            .iter()
+            .map(id)
+            .collect();
         assert_eq!(out, [2, -1, 4, 5]);
         assert_eq!(stash.bytes, 0);
-        assert_eq!(stash.hold(read(6, 10)).count(), 0);
+        assert_eq!(hold(&mut stash, read(6, 10)).len(), 0);
         let rest: Vec<i64> = stash.rest().map(|r| id(&r)).collect();
         assert_eq!(rest, [6], "the rest, oldest first");
     }

@@ -144,13 +144,19 @@ pub struct Receiver {
 impl Receiver {
     /// The next record, without waiting. Its room goes back to the senders.
     pub fn try_recv(&mut self) -> Result<Record, Empty> {
+        self.try_recv_weighed().map(|(r, _)| r)
+    }
+
+    /// [`Receiver::try_recv`], with the record's [`weight`] (for a caller that holds it).
+    pub fn try_recv_weighed(&mut self) -> Result<(Record, usize), Empty> {
         match self.rx.try_recv() {
             Ok(r) => {
-                self.freed += weight(&r).min(self.most);
+                let w = weight(&r);
+                self.freed += w.min(self.most);
                 if self.freed >= RELEASE_STEP {
                     self.release();
                 }
-                Ok(r)
+                Ok((r, w))
             }
             Err(mpsc::error::TryRecvError::Empty) => {
                 self.release();
