@@ -99,7 +99,13 @@ fn record(cmd: &RecordCmd) -> anyhow::Result<ExitCode> {
     for note in args.check()? {
         eprintln!("{note}");
     }
-    let rt = tokio::runtime::Runtime::new().context("cannot start the async runtime")?;
+    // Against a server of its own, the process is a recorder only: its heap is readied
+    // as `tokentrace-record`'s is (before the runtime's threads start). With the built-in
+    // simulator, glibc's defaults stay.
+    if args.target.is_some() {
+        tokentrace_recorder::heap::prepare();
+    }
+    let rt = tokentrace_recorder::heap::runtime().context("cannot start the async runtime")?;
     let outcome = match &args.target {
         Some(t) => cli::run_at(args, t, None, &rt),
         None => {

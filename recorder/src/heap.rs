@@ -1,0 +1,145 @@
+//! The recording process's heap and runtime, made ready before the first request: each
+//! runtime worker's malloc arena has its top already touched and kept, so that the records
+//! a cell holds until it ends cost no page faults while its requests run.
+//!
+//! Why (measured, BENCHMARKS.md "Equal load beside vllm-bench"): a cell's records are
+//! built on the runtime's workers and held by the writer until the cell's requests end.
+//! glibc gives each thread an arena of its own, grown a few pages at a time (an
+//! `mprotect` call each: 5,400 in a 400-request cell at 20 req/s), and every new page is
+//! a fault on first touch (about 5,300): together 7% of the recorder's CPU during the
+//! load. Each worker touches its share of [`PREFAULT_BYTES`] when it first goes idle,
+//! before any request, and the trim threshold keeps those pages (later cells reuse them).
+//! One arena for every thread did as well at 20 req/s but made the workers wait on its
+//! lock (1,500 futex calls a cell), a cost that grows with the cores of a GPU box.
+//!
+//! Only on Linux with glibc; elsewhere [`prepare`] and the hook do nothing.
+
+use std::num::NonZeroUsize;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+/// Bytes of heap touched before the first request, shared by the runtime's workers: the
+/// writer queue's bound ([`crate::queue::QUEUE_BYTES`]), which covers what a cell of 400
+/// requests at 20 req/s holds.
+pub const PREFAULT_BYTES: usize = crate::queue::QUEUE_BYTES;
+
+/// The allocator took the settings [`prepare`] gives it.
+static READY: AtomicBool = AtomicBool::new(false);
+
+/// Sets the allocator up as the module says. Call it first thing in `main`, before any
+/// thread starts.
+pub fn prepare() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    if glibc::settings() {
+        READY.store(true, Ordering::Release);
+    }
+}
+
+/// The multi-threaded runtime a recording runs on (tokio's defaults: a worker per CPU),
+/// whose workers each touch their share of [`PREFAULT_BYTES`] once, when they first go
+/// idle (which they do at start, before any task).
+pub fn runtime() -> std::io::Result<tokio::runtime::Runtime> {
+    let workers = std::thread::available_parallelism().map_or(1, NonZeroUsize::get);
+    let share = PREFAULT_BYTES / workers;
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(workers)
+        .enable_all()
+        .on_thread_park(move || touch_once(share))
+        .build()
+}
+
+/// Touches `bytes` of this thread's arena the first time it is called on this thread.
+fn touch_once(bytes: usize) {
+    thread_local! {
+        static TOUCHED: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+    }
+    if TOUCHED.get() || !READY.load(Ordering::Acquire) {
+        return;
+    }
+    TOUCHED.set(true);
+    touch(bytes);
+}
+
+/// Allocates `bytes` in this thread's arena, writes them (calloc would skip fresh pages)
+/// and frees them: with [`prepare`]'s settings the pages stay at the arena's top.
+fn touch(bytes: usize) {
+    let block = vec![1u8; bytes];
+    std::hint::black_box(&block);
+}
+
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+#[allow(unsafe_code)]
+mod glibc {
+    /// Allocations below this come from an arena, not from `mmap` of their own (a worker's
+    /// touched block must; a held record never needs its own mapping).
+    const MMAP_THRESHOLD: usize = 64 << 20;
+    /// Free memory at an arena's top is given back only above this.
+    const TRIM_THRESHOLD: usize = 256 << 20;
+    /// The main arena grows by at least this past what an allocation needs.
+    const TOP_PAD: usize = 16 << 20;
+
+    /// Applies the settings; false when glibc refused one (the heap then works as before).
+    pub fn settings() -> bool {
+        let set = |param: libc::c_int, value: usize| {
+            let value = libc::c_int::try_from(value).unwrap_or(libc::c_int::MAX);
+            // SAFETY: mallopt only sets allocator tunables from plain integers; it is
+            // called before any other thread exists.
+            unsafe { libc::mallopt(param, value) == 1 }
+        };
+        set(libc::M_MMAP_THRESHOLD, MMAP_THRESHOLD)
+            & set(libc::M_TRIM_THRESHOLD, TRIM_THRESHOLD)
+            & set(libc::M_TOP_PAD, TOP_PAD)
+    }
+}
+
+#[cfg(all(test, target_os = "linux", target_env = "gnu"))]
+mod tests {
+    /// Resident pages of this process, from /proc.
+    fn resident_bytes() -> usize {
+        let statm = std::fs::read_to_string("/proc/self/statm").unwrap_or_default();
+        let pages: usize = statm
+            .split_whitespace()
+            .nth(1)
+            .and_then(|p| p.parse().ok())
+            .unwrap_or(0);
+        pages * 4096
+    }
+
+    #[test]
+    fn the_prefaulted_block_stays_resident_after_it_is_freed() {
+        // Run in a child process of its own: the test harness has threads already.
+        if std::env::var_os("TOKENTRACE_HEAP_CHILD").is_none() {
+            let me = std::env::current_exe().expect("test binary");
+            let out = std::process::Command::new(me)
+                .args([
+                    "--exact",
+                    "heap::tests::the_prefaulted_block_stays_resident_after_it_is_freed",
+                    "--nocapture",
+                    "--test-threads=1",
+                ])
+                .env("TOKENTRACE_HEAP_CHILD", "1")
+                .output()
+                .expect("run the child");
+            let text = String::from_utf8_lossy(&out.stdout).to_string()
+                + &String::from_utf8_lossy(&out.stderr);
+            assert!(
+                out.status.success() && text.contains("heap child ok"),
+                "{text}"
+            );
+            return;
+        }
+        let before = resident_bytes();
+        assert!(super::glibc::settings(), "glibc took the settings");
+        super::touch(32 << 20);
+        let after = resident_bytes();
+        assert!(
+            after >= before + (30 << 20),
+            "resident {before} -> {after}: the freed block went back to the system"
+        );
+        // A later allocation is served from the touched top: no new resident pages.
+        let v = vec![2u8; 16 << 20];
+        std::hint::black_box(&v);
+        let later = resident_bytes();
+        assert!(later < after + (1 << 20), "resident {after} -> {later}");
+        println!("heap child ok");
+    }
+}
