@@ -52,10 +52,6 @@ pub const SCOUT_MAX_TOKENS: i32 = 16;
 pub const PRIME_MAX_TOKENS: i32 = 16;
 /// Most rounds of priming requests before a decode cell's warm-up.
 pub const PRIME_ROUNDS: u32 = 3;
-/// Longest sleep of a rate cell's dispatcher between checks that the cell still runs (a
-/// stop waits at most this long for it). Each wake-up costs the recorder CPU: at 20
-/// req/s, 20 ms slices woke it about three times per request.
-pub const DISPATCH_SLICE: Duration = Duration::from_millis(100);
 /// Connections a replay cell opens (priming each) before its schedule starts.
 pub const REPLAY_LANES: u32 = 4;
 /// A request with less than this share of its prompt served from cache prefilled cold.
@@ -1143,50 +1139,41 @@ where
     let idle = Arc::new(std::sync::Mutex::new(primed));
     let (cancel_tx, cancel_rx) = watch::channel(false);
     cell.event(EventKind::WindowOpen, None, None).await;
-    // The dispatcher sleeps on a thread of its own (the OS timer, precise to tens of
-    // microseconds; the runtime's timer wheel rounds every sleep up to the next
-    // millisecond) and spawns each request on the runtime when it is due.
+    // The dispatcher runs on the runtime, waking for each request on an exact timer
+    // (alarm.rs: a timerfd on Linux, where the runtime's own timer rounds every wait up to
+    // the next millisecond), and spawns the request there when it is due. A task of its
+    // own, so it runs on a worker, where the timer's wake-up lands; it ends when the cell
+    // gives up (cancel turns true) or is dropped (Ctrl-C: the sender goes with the cell's
+    // future).
     let dispatcher = {
-        let (cell, slots, idle, cancel) =
+        let (cell, slots, idle, mut cancel) =
             (cell.clone(), slots.clone(), idle.clone(), cancel_rx.clone());
-        let rt = tokio::runtime::Handle::current();
-        tokio::task::spawn_blocking(move || {
+        tokio::spawn(async move {
+            let mut alarm = crate::alarm::Alarm::new();
             // The schedule's zero: request i is due `offset_i` after it.
             let zero_ns = cell.ctx.clock.now_ns();
             let zero = Instant::now();
-            // Stop when the cell gives up (cancel turns true) or is dropped (Ctrl-C: the
-            // sender goes with the cell's future), checked at least every slice.
-            let stopped = |c: &watch::Receiver<bool>| c.has_changed().is_err() || *c.borrow();
-            'schedule: for (i, offset_ns) in due.enumerate() {
-                if cell.pacer.gave_up().is_some() || stopped(&cancel) {
+            for (i, offset_ns) in due.enumerate() {
+                if cell.pacer.gave_up().is_some() || *cancel.borrow() {
                     break;
                 }
                 // Built before its time comes, so building costs no lag.
                 let spec = make(&cell, i, zero_ns + offset_ns);
                 let due = zero + Duration::from_nanos(u64::try_from(offset_ns).unwrap_or(0));
-                loop {
-                    let now = Instant::now();
-                    if now >= due {
-                        break;
-                    }
-                    if stopped(&cancel) {
-                        break 'schedule;
-                    }
-                    std::thread::sleep((due - now).min(DISPATCH_SLICE));
-                }
-                let mut stop = cancel.clone();
-                let permit = rt.block_on(async {
-                    tokio::select! {
-                        p = slots.clone().acquire_owned() => p.ok(),
-                        _ = stop.wait_for(|c| *c) => None,
-                    }
-                });
+                let permit = tokio::select! {
+                    biased;
+                    _ = cancel.wait_for(|c| *c) => None,
+                    p = async {
+                        alarm.until(due).await;
+                        slots.clone().acquire_owned().await.ok()
+                    } => p,
+                };
                 let Some(permit) = permit else {
                     break;
                 };
                 let lane = idle.lock().ok().and_then(|mut v| v.pop());
                 let (cell, idle, cancel) = (cell.clone(), idle.clone(), cancel.clone());
-                rt.spawn(async move {
+                tokio::spawn(async move {
                     let mut lane = lane.unwrap_or_else(|| Lane::new(cell.ctx.transport.clone()));
                     let ran = cell.run(&mut lane, &spec, cancel, None).await;
                     if let Ok(mut v) = idle.lock() {
