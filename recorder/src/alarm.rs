@@ -1,9 +1,11 @@
-//! Waits to an exact time on the runtime itself, for open-loop schedules: a Linux timerfd
-//! (nanosecond expiry) watched by the runtime's reactor, so a due request wakes the worker
-//! that sends it and nothing else. Elsewhere, or if the timerfd cannot be made, the
-//! runtime's timer (which rounds every wait up to the next millisecond).
+//! Waits to an exact time on the runtime itself, for open-loop schedules and the lateness
+//! tick: a Linux timerfd (nanosecond expiry) watched by the runtime's reactor, so a due
+//! request wakes the worker that sends it and nothing else, and a periodic tick needs no
+//! re-arming (tokio's timer wakes its driver once more at each). Elsewhere, or if the
+//! timerfd cannot be made, the runtime's timer (which rounds every wait up to the next
+//! millisecond).
 
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 /// One timer, re-armed for each wait.
 #[derive(Debug)]
@@ -15,19 +17,10 @@ pub struct Alarm {
 impl Alarm {
     /// A timer on the current runtime (call it from within one).
     pub fn new() -> Self {
-        #[cfg(target_os = "linux")]
-        {
-            use nix::sys::timerfd::{ClockId, TimerFd, TimerFlags};
-            let fd = TimerFd::new(
-                ClockId::CLOCK_MONOTONIC,
-                TimerFlags::TFD_NONBLOCK | TimerFlags::TFD_CLOEXEC,
-            )
-            .ok()
-            .and_then(|t| register(Timer(t)).ok());
-            Alarm { fd }
+        Alarm {
+            #[cfg(target_os = "linux")]
+            fd: timerfd(None),
         }
-        #[cfg(not(target_os = "linux"))]
-        Alarm {}
     }
 
     /// Returns at `due` (at once if it has passed).
@@ -41,6 +34,99 @@ impl Alarm {
         // No timerfd, or it failed: the runtime's timer.
         tokio::time::sleep_until(due.into()).await;
     }
+}
+
+impl Default for Alarm {
+    fn default() -> Self {
+        Alarm::new()
+    }
+}
+
+/// A periodic tick: fires every `period` from its creation; ticks missed while the runtime
+/// was busy are skipped, not made up.
+#[derive(Debug)]
+pub struct Ticker {
+    start: Instant,
+    period: Duration,
+    /// Periods from `start` to the last tick returned.
+    done: u32,
+    #[cfg(target_os = "linux")]
+    fd: Option<tokio::io::unix::AsyncFd<Timer>>,
+    /// The runtime's timer, without a timerfd.
+    fallback: Option<tokio::time::Interval>,
+}
+
+impl Ticker {
+    /// A tick every `period` (at least a microsecond), the first one `period` from now.
+    /// Call it from within a runtime.
+    pub fn new(period: Duration) -> Self {
+        let period = period.max(Duration::from_micros(1));
+        let start = Instant::now();
+        #[cfg(target_os = "linux")]
+        let fd = timerfd(Some(period));
+        #[cfg(target_os = "linux")]
+        let fallback = fd.is_none().then(|| interval(start + period, period));
+        #[cfg(not(target_os = "linux"))]
+        let fallback = Some(interval(start + period, period));
+        Ticker {
+            start,
+            period,
+            done: 0,
+            #[cfg(target_os = "linux")]
+            fd,
+            fallback,
+        }
+    }
+
+    /// Waits for the next tick and returns the time it was due (the latest one due, when
+    /// several passed while the runtime was busy).
+    pub async fn tick(&mut self) -> Instant {
+        #[cfg(target_os = "linux")]
+        if let Some(fd) = &self.fd {
+            match read_expiries(fd).await {
+                Ok(n) => {
+                    let n = u32::try_from(n.max(1)).unwrap_or(u32::MAX);
+                    self.done = self.done.saturating_add(n);
+                    return self.start + self.period.saturating_mul(self.done);
+                }
+                // The timerfd failed: the runtime's timer from here on.
+                Err(_) => {
+                    self.fd = None;
+                    self.fallback = Some(interval(Instant::now() + self.period, self.period));
+                }
+            }
+        }
+        match &mut self.fallback {
+            Some(i) => i.tick().await.into_std(),
+            None => std::future::pending().await,
+        }
+    }
+}
+
+/// The runtime's timer as a ticker's fallback: first at `first`, then every `period`.
+fn interval(first: Instant, period: Duration) -> tokio::time::Interval {
+    let mut i = tokio::time::interval_at(first.into(), period);
+    i.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+    i
+}
+
+/// A timerfd on CLOCK_MONOTONIC (`Instant`'s clock on Linux), watched by the current
+/// runtime's reactor; firing every `period` from now when given, else unarmed. `None`
+/// when the system refuses one.
+#[cfg(target_os = "linux")]
+fn timerfd(period: Option<Duration>) -> Option<tokio::io::unix::AsyncFd<Timer>> {
+    use nix::sys::time::TimeSpec;
+    use nix::sys::timerfd::{ClockId, Expiration, TimerFd, TimerFlags, TimerSetTimeFlags};
+    let t = TimerFd::new(
+        ClockId::CLOCK_MONOTONIC,
+        TimerFlags::TFD_NONBLOCK | TimerFlags::TFD_CLOEXEC,
+    )
+    .ok()?;
+    if let Some(p) = period {
+        let every = Expiration::Interval(TimeSpec::from_duration(p));
+        t.set(every, TimerSetTimeFlags::empty()).ok()?;
+    }
+    register(Timer(t)).ok()
 }
 
 /// A timerfd, as the reactor takes it.
@@ -65,25 +151,18 @@ fn register(t: Timer) -> std::io::Result<tokio::io::unix::AsyncFd<Timer>> {
     unsafe { tokio::io::unix::AsyncFd::register(t) }.map_err(std::io::Error::from)
 }
 
-impl Default for Alarm {
-    fn default() -> Self {
-        Alarm::new()
-    }
-}
-
-/// Arms `fd` for `due` (relative to now: `Instant` is CLOCK_MONOTONIC on Linux) and waits
-/// for it to fire.
+/// Arms `fd` for `due` (relative to now, on `Instant`'s clock) and waits for it to fire.
 #[cfg(target_os = "linux")]
 async fn timerfd_until(fd: &tokio::io::unix::AsyncFd<Timer>, due: Instant) -> std::io::Result<()> {
     use nix::sys::time::TimeSpec;
     use nix::sys::timerfd::{Expiration, TimerSetTimeFlags};
-    use std::os::fd::AsRawFd;
     let now = Instant::now();
     if now >= due {
         return Ok(());
     }
-    // A zero expiry would disarm the timer: at least a nanosecond.
-    let wait = (due - now).max(std::time::Duration::from_nanos(1));
+    // A zero expiry would disarm the timer: at least a nanosecond. Arming it anew also
+    // clears an expiry left unread by a wait that was dropped.
+    let wait = (due - now).max(Duration::from_nanos(1));
     fd.get_ref()
         .0
         .set(
@@ -91,14 +170,28 @@ async fn timerfd_until(fd: &tokio::io::unix::AsyncFd<Timer>, due: Instant) -> st
             TimerSetTimeFlags::empty(),
         )
         .map_err(std::io::Error::from)?;
+    read_expiries(fd).await.map(drop)
+}
+
+/// Waits for `fd` to fire; returns how many times it fired since it was last read.
+#[cfg(target_os = "linux")]
+async fn read_expiries(fd: &tokio::io::unix::AsyncFd<Timer>) -> std::io::Result<u64> {
+    use std::os::fd::AsRawFd;
     loop {
         let mut ready = fd.readable().await?;
         let read = ready.try_io(|t| {
             let mut count = [0u8; 8];
-            nix::unistd::read(t.get_ref().as_raw_fd(), &mut count).map_err(std::io::Error::from)
+            nix::unistd::read(t.get_ref().as_raw_fd(), &mut count)
+                .map(|_| u64::from_ne_bytes(count))
+                .map_err(std::io::Error::from)
         });
         match read {
-            Ok(Ok(_)) => return Ok(()),
+            Ok(Ok(n)) => {
+                // The read took every expiry: the next wait needs a new one (tokio keeps
+                // the readiness if the reactor saw another since this guard was made).
+                ready.clear_ready();
+                return Ok(n);
+            }
             Ok(Err(e)) => return Err(e),
             // Not fired yet (a readiness left from before): wait again.
             Err(_would_block) => {}
@@ -109,7 +202,6 @@ async fn timerfd_until(fd: &tokio::io::unix::AsyncFd<Timer>, due: Instant) -> st
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::time::Duration;
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn an_alarm_never_returns_before_its_time_and_can_be_reused() {
@@ -126,5 +218,31 @@ mod tests {
         let due = Instant::now() + Duration::from_millis(2);
         a.until(due).await;
         assert!(Instant::now() >= due);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_ticker_fires_on_its_period_and_skips_what_it_missed() {
+        let period = Duration::from_millis(5);
+        let mut t = Ticker::new(period);
+        #[cfg(target_os = "linux")]
+        assert!(t.fd.is_some(), "a timerfd on Linux");
+        let start = t.start;
+        // Each tick returned is a whole number of periods from the start, and has passed.
+        let periods = |at: Instant| {
+            let d = (at - start).as_nanos();
+            assert_eq!(d % period.as_nanos(), 0, "{d} ns from the start");
+            d / period.as_nanos()
+        };
+        let first = t.tick().await;
+        assert!(periods(first) >= 1);
+        assert!(Instant::now() >= first);
+        // Busy for several periods: the next tick is the latest one due, not each missed.
+        std::thread::sleep(period * 4);
+        let late = t.tick().await;
+        assert!(periods(late) >= periods(first) + 4, "{:?}", late - start);
+        assert!(Instant::now() >= late);
+        let next = t.tick().await;
+        assert!(periods(next) > periods(late));
+        assert!(Instant::now() >= next);
     }
 }

@@ -471,15 +471,15 @@ pub struct Recorded {
 /// Measures how late a [`LAG_TICK`] tick fires on this runtime; queues one summary per second
 /// (`stat="max"` and `stat="mean"`), and one for the last partial second at `stop`.
 async fn tick_lateness(tx: queue::Sender, clock: RunClock, mut stop: watch::Receiver<bool>) {
-    let mut interval = tokio::time::interval(LAG_TICK);
-    interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+    // A timerfd on Linux (alarm.rs): exact, and no re-arming at each tick.
+    let mut ticker = crate::alarm::Ticker::new(LAG_TICK);
     let mut window_start = clock.now_ns();
     let (mut max, mut sum, mut n) = (0.0f64, 0.0f64, 0u32);
     let mut over = [0u32; LATE_TICK_MS.len()];
     loop {
         let stopping = tokio::select! {
-            deadline = interval.tick() => {
-                let late = Instant::now().saturating_duration_since(deadline.into_std()).as_secs_f64();
+            deadline = ticker.tick() => {
+                let late = Instant::now().saturating_duration_since(deadline).as_secs_f64();
                 max = max.max(late);
                 sum += late;
                 n += 1;
