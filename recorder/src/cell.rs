@@ -29,9 +29,11 @@ use tokentrace_schemas::manifest::TokenCounting;
 
 /// How long the writer thread sleeps when the queue is empty, unless a sender finds it
 /// half full or commits the cell. Each wake-up is a context switch whatever the rate (a
-/// 5 ms poll cost 5% of the recorder's whole-run CPU at 20 req/s, BENCHMARKS.md); the
-/// queue's bounds, not this period, cap memory.
-pub const WRITER_POLL: Duration = Duration::from_millis(50);
+/// 5 ms poll cost 5% of the recorder's whole-run CPU at 20 req/s, and 50 ms still 5% of
+/// its CPU per event during the load, BENCHMARKS.md); the queue's bounds, not this
+/// period, cap memory. The views draw every [`crate::gauges::LANES_EVERY`] or slower,
+/// so they miss nothing by it.
+pub const WRITER_POLL: Duration = Duration::from_millis(250);
 /// Period of the tick whose lateness measures the recorder's own delay. The share of ticks
 /// later than a threshold estimates the share of the time the runtime was that late,
 /// whatever the period; a stall longer than the period always shows, a shorter one with a
