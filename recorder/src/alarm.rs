@@ -50,10 +50,16 @@ pub struct Ticker {
     period: Duration,
     /// Periods from `start` to the last tick returned.
     done: u32,
+    source: Source,
+}
+
+/// What a [`Ticker`] waits on.
+#[derive(Debug)]
+enum Source {
     #[cfg(target_os = "linux")]
-    fd: Option<tokio::io::unix::AsyncFd<Timer>>,
+    Timerfd(tokio::io::unix::AsyncFd<Timer>),
     /// The runtime's timer, without a timerfd.
-    fallback: Option<tokio::time::Interval>,
+    Interval(tokio::time::Interval),
 }
 
 impl Ticker {
@@ -63,42 +69,37 @@ impl Ticker {
         let period = period.max(Duration::from_micros(1));
         let start = Instant::now();
         #[cfg(target_os = "linux")]
-        let fd = timerfd(Some(period));
-        #[cfg(target_os = "linux")]
-        let fallback = fd.is_none().then(|| interval(start + period, period));
+        let source = timerfd(Some(period)).map(Source::Timerfd);
         #[cfg(not(target_os = "linux"))]
-        let fallback = Some(interval(start + period, period));
+        let source = None;
         Ticker {
             start,
             period,
             done: 0,
-            #[cfg(target_os = "linux")]
-            fd,
-            fallback,
+            source: source.unwrap_or_else(|| Source::Interval(interval(start + period, period))),
         }
     }
 
     /// Waits for the next tick and returns the time it was due (the latest one due, when
     /// several passed while the runtime was busy).
     pub async fn tick(&mut self) -> Instant {
-        #[cfg(target_os = "linux")]
-        if let Some(fd) = &self.fd {
-            match read_expiries(fd).await {
-                Ok(n) => {
-                    let n = u32::try_from(n.max(1)).unwrap_or(u32::MAX);
-                    self.done = self.done.saturating_add(n);
-                    return self.start + self.period.saturating_mul(self.done);
-                }
-                // The timerfd failed: the runtime's timer from here on.
-                Err(_) => {
-                    self.fd = None;
-                    self.fallback = Some(interval(Instant::now() + self.period, self.period));
-                }
+        loop {
+            match &mut self.source {
+                Source::Interval(i) => return i.tick().await.into_std(),
+                #[cfg(target_os = "linux")]
+                Source::Timerfd(fd) => match read_expiries(fd).await {
+                    Ok(n) => {
+                        let n = u32::try_from(n.max(1)).unwrap_or(u32::MAX);
+                        self.done = self.done.saturating_add(n);
+                        return self.start + self.period.saturating_mul(self.done);
+                    }
+                    // The timerfd failed: the runtime's timer from here on.
+                    Err(_) => {
+                        let next = Instant::now() + self.period;
+                        self.source = Source::Interval(interval(next, self.period));
+                    }
+                },
             }
-        }
-        match &mut self.fallback {
-            Some(i) => i.tick().await.into_std(),
-            None => std::future::pending().await,
         }
     }
 }
@@ -225,7 +226,7 @@ mod tests {
         let period = Duration::from_millis(5);
         let mut t = Ticker::new(period);
         #[cfg(target_os = "linux")]
-        assert!(t.fd.is_some(), "a timerfd on Linux");
+        assert!(matches!(t.source, Source::Timerfd(_)), "a timerfd on Linux");
         let start = t.start;
         // Each tick returned is a whole number of periods from the start, and has passed.
         let periods = |at: Instant| {

@@ -93,15 +93,16 @@ mod glibc {
 
 #[cfg(all(test, target_os = "linux", target_env = "gnu"))]
 mod tests {
-    /// Resident pages of this process, from /proc.
+    /// Resident bytes of this process (`VmRSS`, in kB, from /proc).
     fn resident_bytes() -> usize {
-        let statm = std::fs::read_to_string("/proc/self/statm").unwrap_or_default();
-        let pages: usize = statm
-            .split_whitespace()
-            .nth(1)
-            .and_then(|p| p.parse().ok())
+        let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+        let kb: usize = status
+            .lines()
+            .find_map(|l| l.strip_prefix("VmRSS:"))
+            .and_then(|v| v.split_whitespace().next())
+            .and_then(|v| v.parse().ok())
             .unwrap_or(0);
-        pages * 4096
+        kb * 1024
     }
 
     #[test]

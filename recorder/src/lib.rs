@@ -8,7 +8,8 @@
 //! goes on it), [`http`] (the measured connection), [`client`] (one streamed request,
 //! recorded), [`prompt`] (prompts of an exact length), [`probe`] (what the server is),
 //! [`scrape`], [`gauges`] (what the live view shows of them), [`gpu`], [`host`],
-//! [`facts`], [`heap`] (the process's heap, readied), [`pace`], [`replay`] (workloads from files), [`alarm`] (exact waits), [`cell`] (one cell), [`store`]
+//! [`facts`], [`heap`] (the process's heap and runtime, readied), [`pace`], [`replay`]
+//! (workloads from files), [`alarm`] (exact waits), [`cell`] (one cell), [`store`]
 //! (object storage), [`session`] (a run's setup: folder, probe, facts, manifest,
 //! settings kept), [`runner`] (the cell loop), [`steer`] (the screen's keys), [`view`]
 //! (screen, live and plain views, and `watch`), [`cli`].
