@@ -63,7 +63,7 @@ pub struct RecordCmd {
     #[command(flatten)]
     pub args: tokentrace_recorder::cli::RecordArgs,
     /// Profile of the built-in simulator (used without --target): a built-in name
-    /// (reference-h200x4, tiny) or a TOML file.
+    /// (reference-h200x4, tiny, vllm-cpu-smollm2) or a TOML file.
     #[arg(long, default_value = "reference-h200x4")]
     pub sim_profile: String,
 }

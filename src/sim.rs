@@ -13,7 +13,7 @@ use tokentrace_sim::{Profile, SimOptions, SimServer};
 /// Arguments of `tokentrace sim`.
 #[derive(Debug, clap::Args)]
 pub struct SimArgs {
-    /// Engine profile: a built-in name (reference-h200x4, tiny) or a TOML file.
+    /// Engine profile: a built-in name (reference-h200x4, tiny, vllm-cpu-smollm2) or a TOML file.
     #[arg(long, default_value = "reference-h200x4")]
     pub profile: String,
     /// Address to listen on; port 0 picks a free port. Loopback unless you say otherwise.
