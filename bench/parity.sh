@@ -18,6 +18,15 @@
 #   a simulator profile, built-in name or file, instead of reference-h200x4; PIN=1 runs
 #   the simulator on CPU 0 and each tool's client on CPU 1 (taskset), so that neither
 #   client shares a core with the server.)
+#
+# TARGET=URL runs both tools against a server already running there (real vLLM, say)
+# instead of simulators: PASSES passes (default 2), the tools' order alternating
+# (reference first in odd passes), each client's CPU seconds measured (/usr/bin/time),
+# and the server's own mean TTFT of each tool's run (the change of vLLM's
+# time_to_first_token_seconds sum over its count across the run, every request of the
+# run counted); bench/parity_passes.py prints every pass's figures and their spread.
+#   TARGET=http://127.0.0.1:8000 PASSES=3 REFBENCH=… REFBENCH_PYTHON=… \
+#     bash bench/parity.sh 512 1,4 10
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 : "${REFBENCH:?set REFBENCH to the llm_decode_bench.py of the reference tool}"
@@ -52,6 +61,50 @@ start_sim() {
 }
 # Ctrl-C: the simulator writes its ground truth out and stops.
 stop_sim() { kill -INT "$sim" 2>/dev/null || true; wait "$sim" 2>/dev/null || true; sim=; }
+
+if [ -n "${TARGET:-}" ]; then
+  url=$TARGET
+  model=$(curl -sf "$url/v1/models" | python3 -c 'import json,sys; print(json.load(sys.stdin)["data"][0]["id"])')
+  # The server's TTFT histogram: sum and count, summed over its label sets.
+  ttft_mark() {
+    curl -sf "$url/metrics" | awk '/^vllm:time_to_first_token_seconds_sum/ { s += $NF }
+      /^vllm:time_to_first_token_seconds_count/ { n += $NF } END { printf "%s %s\n", s, n }'
+  }
+  run_reference() { # $1: pass
+    local before; before=$(ttft_mark)
+    env https_proxy=http://127.0.0.1:9 HTTPS_PROXY=http://127.0.0.1:9 \
+      NO_PROXY=127.0.0.1,localhost no_proxy=127.0.0.1,localhost COLUMNS=200 \
+      /usr/bin/time -f "%U %S" -o "$work/cpu-reference-$1" \
+      "$REFBENCH_PYTHON" "$REFBENCH" --host "$url" --model "$model" --contexts "$contexts" \
+      --concurrency "$concurrency" --duration "$duration" --display-mode plain --no-hw-monitor \
+      --prefill-contexts "$contexts" --decode-warmup-seconds 0 --no-calibration-cache \
+      --token-targeting exact \
+      --output "$work/reference-$1.json" < /dev/null > "$work/reference-$1.log" 2>&1 || true
+    echo "$before $(ttft_mark)" > "$work/ttft-reference-$1"
+    [ -s "$work/reference-$1.json" ] || { echo "the reference tool wrote no results:" >&2; tail -20 "$work/reference-$1.log" >&2; exit 1; }
+  }
+  run_tokentrace() { # $1: pass
+    local before; before=$(ttft_mark)
+    /usr/bin/time -f "%U %S" -o "$work/cpu-tokentrace-$1" \
+      "$bin/tokentrace-record" --target "$url" --out "$work/run-$1" --endpoint chat \
+      --contexts "$(echo "$contexts" | tr 'k' 'K')" --concurrency "$concurrency" \
+      --duration "${duration}s" --gpu-telemetry off > "$work/tokentrace-$1.log" 2>&1 || {
+        code=$?; [ "$code" -eq 3 ] || { tail -20 "$work/tokentrace-$1.log" >&2; exit "$code"; }
+      }
+    echo "$before $(ttft_mark)" > "$work/ttft-tokentrace-$1"
+    "$bin/tokentrace" report "$work/run-$1" --rules reference --format json --out "$work/tokentrace-$1.json"
+  }
+  for pass in $(seq "${PASSES:-2}"); do
+    echo "[pass $pass] $url ($model): contexts $contexts, concurrency $concurrency, ${duration}s" >&2
+    if [ $((pass % 2)) -eq 1 ]; then
+      run_reference "$pass"; run_tokentrace "$pass"
+    else
+      run_tokentrace "$pass"; run_reference "$pass"
+    fi
+  done
+  python3 bench/parity_passes.py "$work" "${PASSES:-2}"
+  exit 0
+fi
 
 # The reference tool: its prefill at the matrix's contexts only, no hidden warm-up cell,
 # prompts of the exact length (`--token-targeting exact` searches each through the

@@ -96,8 +96,11 @@ pub fn from_llamacpp(v: &Value) -> Vec<Fact> {
 /// `engine.<label>`, a few under the manifest's common names.
 pub fn from_info_series(rows: &[MetricRow]) -> Vec<Fact> {
     let mut out = Vec::new();
+    // `python_info` (Python's own version, exported by every prometheus_client server)
+    // describes the interpreter, not the engine.
     for r in rows.iter().filter(|r| {
         r.family.ends_with("_info")
+            && r.family != "python_info"
             && matches!(r.metric_type, MetricType::Gauge | MetricType::Untyped)
     }) {
         // Newer vLLM also exports its whole configuration as one series,
@@ -129,6 +132,12 @@ pub fn from_info_series(rows: &[MetricRow]) -> Vec<Fact> {
                 "version" => Some("engine.version"),
                 "num_gpu_blocks" => Some("engine.num_gpu_blocks"),
                 "block_size" => Some("engine.block_size"),
+                "kv_cache_size_tokens" => Some("engine.kv_cache_tokens"),
+                "enable_prefix_caching" => Some("engine.prefix_caching"),
+                "max_num_seqs" => Some("engine.max_num_seqs"),
+                "max_num_batched_tokens" => Some("engine.max_num_batched_tokens"),
+                "num_speculative_tokens" => Some("engine.spec_tokens"),
+                "method" if label.starts_with("speculative_config") => Some("engine.spec_method"),
                 _ => None,
             };
             let key = match common {
@@ -305,10 +314,7 @@ mod tests {
         assert_eq!(get(&f, "engine.block_size").map(|f| f.0), Some("16"));
         // Without num_gpu_blocks the budget is unknown.
         assert_eq!(kv_budget(&f), None);
-        assert_eq!(
-            get(&f, "engine.enable_prefix_caching").map(|f| f.0),
-            Some("True")
-        );
+        assert_eq!(get(&f, "engine.prefix_caching").map(|f| f.0), Some("True"));
         assert_eq!(
             get(&f, "engine.model").map(|f| f.0),
             Some("a\"b"),

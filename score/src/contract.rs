@@ -90,6 +90,12 @@ pub struct RunInfo {
     /// Whether any cell carries GPU telemetry.
     #[serde(default)]
     pub gpu_telemetry: bool,
+    /// Requests finished with the server's usage, and not one of them said how many
+    /// prompt tokens the prefix cache served (`prompt_tokens_details.cached_tokens`):
+    /// the server was not asked to (vLLM: `--enable-prompt-tokens-details`). Written
+    /// only when true.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub cached_tokens_missing: bool,
     /// Measured requests per burst cell (runs with burst cells).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub burst_requests: Option<u32>,

@@ -32,7 +32,9 @@
 //! - `screen`: the full-screen view in a pseudo-terminal: its matrix is the scoring's,
 //!   loops show their hint, the terminal comes back clean; q, s and p steer the run;
 //! - `sim`: the simulator subcommand starts, says where it listens, serves, and refuses bad profiles;
-//! - `version`: `--version` names the commit and features; the manifest keeps the same.
+//! - `version`: `--version` names the commit and features; the manifest keeps the same;
+//! - `vllm`: real vLLM (CPU build) recorded over both endpoints, burst, rate and replay;
+//!   prompt lengths, cold scouts, drained cells, cached_tokens and queueing by its own word.
 
 mod answers;
 mod cache;
@@ -55,3 +57,4 @@ mod store;
 mod trials;
 mod truth;
 mod version;
+mod vllm;

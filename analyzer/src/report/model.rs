@@ -223,8 +223,32 @@ fn hardware_facts(s: &Scoring) -> (Vec<(String, String)>, Option<String>) {
     (hardware, described)
 }
 
-/// The Engine section's facts: name, version, the details the server gave and the
-/// engine facts the recorder found, without repeats.
+/// The engine's facts a reader compares runs by, in the order shown: (label, the fact
+/// keys that hold it, newest name first). The rest (every label of every `*_info`
+/// series, the server's own details) stays in the JSON scoring.
+const ENGINE_FACTS: [(&str, &[&str]); 15] = [
+    ("Build", &["engine.build"]),
+    ("Commit", &["engine.commit"]),
+    ("dtype", &["engine.dtype"]),
+    ("Quantization", &["engine.quantization"]),
+    ("KV-cache dtype", &["engine.kv_cache_dtype"]),
+    ("Block size", &["engine.block_size"]),
+    ("KV-cache tokens", &["engine.kv_cache_tokens"]),
+    ("max_model_len", &["engine.max_model_len"]),
+    (
+        "Prefix caching",
+        &["engine.prefix_caching", "engine.enable_prefix_caching"],
+    ),
+    ("max_num_seqs", &["engine.max_num_seqs"]),
+    ("Slots", &["engine.slots"]),
+    ("Speculative decoding", &["engine.spec_method"]),
+    ("Draft tokens", &["engine.spec_tokens"]),
+    ("Tensor parallel", &["engine.tensor_parallel"]),
+    ("Pipeline parallel", &["engine.pipeline_parallel"]),
+];
+
+/// The Engine section's facts: name, version, then [`ENGINE_FACTS`] where the recorder
+/// found them.
 fn engine_facts(s: &Scoring) -> Vec<(String, String)> {
     let r = &s.run;
     let engine = r.engine.as_deref().unwrap_or("unknown engine");
@@ -236,23 +260,15 @@ fn engine_facts(s: &Scoring) -> Vec<(String, String)> {
             version.unwrap_or("not reported by the server").to_string(),
         ),
     ];
-    // Details that only repeat the name and version above are left out.
-    let repeats = |k: &str, v: &str| {
-        (k == "engine" || k == "name") && Some(v) == r.engine.as_deref()
-            || k == "version" && Some(v) == r.engine_version.as_deref()
-    };
-    for (k, v) in r
-        .engine_details
-        .iter()
-        .filter(|(k, v)| !k.starts_with(Described::DETAIL_PREFIX) && !repeats(k, v))
-    {
-        engine_facts.push(fact(k, v.clone()));
-    }
-    // The engine's facts the recorder found (build, parallel layout, cache, …).
-    for f in r.facts.iter().filter(|f| f.key.starts_with("engine.")) {
-        let k = f.key.trim_start_matches("engine.");
-        if !repeats(k, &f.value) && !engine_facts.iter().any(|(name, _)| name == k) {
-            engine_facts.push(fact(k, f.value.clone()));
+    let found = |k: &str| tokentrace_schemas::manifest::fact(&r.facts, k);
+    for (label, keys) in ENGINE_FACTS {
+        if let Some(v) = keys.iter().find_map(|k| found(k)) {
+            let v = match (label, v) {
+                ("Prefix caching", "True") => "on",
+                ("Prefix caching", "False") => "off",
+                (_, v) => v,
+            };
+            engine_facts.push(fact(label, v.to_string()));
         }
     }
     engine_facts
@@ -516,7 +532,24 @@ pub(crate) fn measurements(s: &Scoring) -> (Vec<String>, Vec<Row>) {
 pub(crate) fn notes(s: &Scoring) -> Vec<String> {
     let mut out: Vec<String> = s.cells.iter().flat_map(cell_notes).collect();
     out.extend(unavailable_notes(s));
+    if s.run.cached_tokens_missing {
+        out.push(cached_tokens_note(s.run.engine.as_deref()));
+    }
     out
+}
+
+/// Why no request has `cached_tokens`, and the server flag that reports it.
+fn cached_tokens_note(engine: Option<&str>) -> String {
+    let flag = match engine {
+        Some("vllm") => "start vLLM with `--enable-prompt-tokens-details`",
+        Some("sglang") => "start SGLang with `--enable-cache-report`",
+        _ => {
+            "vLLM reports it with `--enable-prompt-tokens-details`, SGLang with `--enable-cache-report`"
+        }
+    };
+    format!(
+        "No request says how much of its prompt the prefix cache served (`cached_tokens` in usage): {flag}. Without it, no scout can be found served from cache (verdict Served from cache), and replay cells have no cache figures."
+    )
 }
 
 /// One line per reason that some cells could not give figures, naming the figures

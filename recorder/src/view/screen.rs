@@ -441,8 +441,13 @@ fn draw_current(f: &mut Frame, area: Rect, s: &State) {
     let block = Block::bordered().title(" Under way ");
     let inner = block.inner(area);
     f.render_widget(block, area);
-    let [text, sparks] =
-        Layout::horizontal([Constraint::Length(60), Constraint::Min(20)]).areas(inner);
+    // The sparklines take a third of the width, two columns apart from the text, so
+    // that a long line (the cell, its rate and its clock) is cut, never run into their
+    // labels ("0:00:04running" at 150 columns, before).
+    let spark_width = (inner.width / 3).clamp(20, 60);
+    let [text, sparks] = Layout::horizontal([Constraint::Min(20), Constraint::Length(spark_width)])
+        .spacing(2)
+        .areas(inner);
     let g = &s.gauges;
     let last = |x: &Series, f: fn(f64) -> String| x.last().map_or_else(|| "—".to_string(), f);
     let mut lines = vec![current_line(s)];

@@ -13,6 +13,7 @@ use std::collections::BTreeMap;
 
 use tokentrace_schemas::layout::{CellKey, Phase};
 use tokentrace_schemas::manifest::{CellStatus, Manifest, PrefillMode};
+use tokentrace_schemas::tables::Role;
 
 use crate::contract::{
     CellScore, CellScoreState, Evidence, FORMAT, FORMAT_VERSION, RunInfo, Scoring, Verdict,
@@ -158,6 +159,7 @@ pub fn scoring(
             prefill_mode,
             facts: m.facts.clone(),
             gpu_telemetry: !loaded.gpu.is_empty(),
+            cached_tokens_missing: cached_tokens_missing(loaded),
             burst_requests: m.config.burst.as_ref().map(|b| b.requests),
             rate: m.config.rate.clone(),
             replay: m.config.replay.clone(),
@@ -165,6 +167,18 @@ pub fn scoring(
         cells,
         rate_capacity,
     }
+}
+
+/// Whether requests finished with the server's usage (its prompt count) and none of
+/// them carried `cached_tokens`.
+fn cached_tokens_missing(loaded: &Loaded) -> bool {
+    let mut with_usage = loaded
+        .requests
+        .values()
+        .flatten()
+        .filter(|r| r.role != Role::Probe && r.prompt_tokens_server.is_some())
+        .peekable();
+    with_usage.peek().is_some() && with_usage.all(|r| r.cached_tokens.is_none())
 }
 
 /// A cell in `state` (the scorers fill in verdict and figures of `complete` ones).
