@@ -129,8 +129,8 @@ async fn a_simulated_box_gives_power_and_tokens_per_joule() {
         "{md}"
     );
     assert!(md.contains("- GPU: NVIDIA H200 (simulated)"), "{md}");
-    assert!(md.contains("- block_size: 16"), "{md}");
-    assert!(md.contains("- quantization: fp8"), "{md}");
+    assert!(md.contains("- Block size: 16"), "{md}");
+    assert!(md.contains("- Quantization: fp8"), "{md}");
     let csv = report(&out, "csv");
     assert!(
         csv.lines().next().is_some_and(

@@ -641,8 +641,7 @@ fn cells_over_the_kv_budget_are_skipped_when_asked() {
                 over.reason.as_deref(),
                 Some(
                     "context 1024 × 20 streams needs 20480 tokens of KV cache; the server has \
-                     20000 (metrics vllm:cache_config_info: num_gpu_blocks × block_size) and \
-                     --skip-over-capacity is set"
+                     20000 (metrics vllm:cache_config_info) and --skip-over-capacity is set"
                 )
             );
         } else {
@@ -698,8 +697,8 @@ fn a_plan_lists_the_cells_and_writes_nothing() {
     for phase in ["decode", "burst"] {
         let skip = format!(
             "skip    {phase} context=1024 concurrency=20: context 1024 × 20 streams needs 20480 \
-             tokens of KV cache; the server has 20000 (metrics vllm:cache_config_info: \
-             num_gpu_blocks × block_size) and --skip-over-capacity is set"
+             tokens of KV cache; the server has 20000 (metrics vllm:cache_config_info) and \
+             --skip-over-capacity is set"
         );
         assert!(lines.contains(&skip.as_str()), "{said}");
     }
