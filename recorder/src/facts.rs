@@ -117,6 +117,7 @@ pub fn from_info_series(rows: &[MetricRow]) -> Vec<Fact> {
                 "model_config_",
                 "parallel_config_",
                 "scheduler_config_",
+                "speculative_config_",
             ]
             .iter()
             .find_map(|p| label.strip_prefix(p))
@@ -336,7 +337,11 @@ mod tests {
                  vllm:vllm_config_info{{cache_config_cache_dtype=\"fp8\",model_config_quantization=\"modelopt_fp4\",\
                  parallel_config_tensor_parallel_size=\"4\",parallel_config_data_parallel_size=\"1\",\
                  attention_config=\"{dump}\",cache_config_block_size=\"8576\",\
-                 scheduler_config_policy=\"fcfs\"}} 1.0\n"
+                 scheduler_config_policy=\"fcfs\",scheduler_config_max_num_seqs=\"256\",\
+                 cache_config_enable_prefix_caching=\"True\",\
+                 speculative_config_method=\"mtp\",speculative_config_num_speculative_tokens=\"3\"}} 1.0\n\
+                 # TYPE python_info gauge\n\
+                 python_info{{implementation=\"CPython\",major=\"3\"}} 1.0\n"
             ),
             0,
             0,
@@ -352,9 +357,15 @@ mod tests {
         assert_eq!(get(&f, "engine.data_parallel").map(|f| f.0), Some("1"));
         // The block size is a part of the KV budget.
         assert_eq!(get(&f, "engine.block_size").map(|f| f.0), Some("8576"));
+        assert_eq!(get(&f, "engine.max_num_seqs").map(|f| f.0), Some("256"));
+        assert_eq!(get(&f, "engine.prefix_caching").map(|f| f.0), Some("True"));
+        assert_eq!(get(&f, "engine.spec_method").map(|f| f.0), Some("mtp"));
+        assert_eq!(get(&f, "engine.spec_tokens").map(|f| f.0), Some("3"));
+        // Python's own version is no engine fact.
+        assert_eq!(get(&f, "engine.implementation"), None);
         assert_eq!(
             f.len(),
-            5,
+            9,
             "nothing else from the whole-config series: {f:?}"
         );
     }

@@ -7,11 +7,10 @@
 //! reason, and run by `cargo test -- --include-ignored` (CI), where a missing install
 //! fails it.
 
-use std::io::{BufRead, BufReader};
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use crate::serve::{self, Server};
 use tokentrace_analyzer::contract::{Evidence, Verdict};
 use tokentrace_analyzer::{RuleSet, report, score_dir};
 use tokentrace_recorder::runner;
@@ -21,71 +20,15 @@ use tokentrace_schemas::raw::RawReader;
 use tokentrace_schemas::reader::read_table;
 use tokentrace_schemas::tables::{Chunks, EndReason, Endpoint, EventKind, Events, Requests, Role};
 
-/// The server this test started; stopped by its PID when dropped, also on a panic.
-struct Server {
-    child: Child,
-    url: String,
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let pid = self.child.id().to_string();
-        let _ = Command::new("kill").args(["-TERM", &pid]).status();
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while Instant::now() < deadline {
-            if let Ok(Some(_)) = self.child.try_wait() {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(100));
-        }
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
 fn start_server(python: &str, model: &str) -> Server {
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/llamacpp/serve.py");
-    let mut child = Command::new(python)
-        .arg(script)
-        .arg(model)
-        .args(["--parallel", "2", "--ctx", "4096", "--threads", "2"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("start serve.py");
-    let stdout = child.stdout.take().expect("stdout");
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        let mut line = String::new();
-        let _ = BufReader::new(stdout).read_line(&mut line);
-        let _ = tx.send(line);
-    });
-    // Guard first, so a failure below still stops the process.
-    let mut server = Server {
-        child,
-        url: String::new(),
-    };
-    let line = rx
-        .recv_timeout(Duration::from_secs(120))
-        .expect("serve.py says where it listens");
-    let v: serde_json::Value = serde_json::from_str(&line).expect("a JSON line");
-    server.url = v["url"].as_str().expect("url").to_string();
-    eprintln!("llama.cpp: {line}");
-    server
-}
-
-async fn wait_healthy(url: &str) {
-    let client = reqwest::Client::new();
-    let deadline = Instant::now() + Duration::from_secs(120);
-    loop {
-        if let Ok(r) = client.get(format!("{url}/health")).send().await
-            && r.status().is_success()
-        {
-            return;
-        }
-        assert!(Instant::now() < deadline, "{url}/health never answered 200");
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    serve::spawn(
+        python,
+        "fixtures/llamacpp/serve.py",
+        model,
+        &["--parallel", "2", "--ctx", "4096", "--threads", "2"],
+        Duration::from_secs(120),
+        Duration::ZERO,
+    )
 }
 
 fn options(url: &str, out: &Path, endpoint: Endpoint) -> RecordOptions {
@@ -167,8 +110,8 @@ async fn a_real_llama_cpp_server_is_recorded_and_analyzed() {
             "llama.cpp is not installed: eval \"$(bash fixtures/llamacpp/install.sh)\" sets TOKENTRACE_LLAMACPP_PYTHON and TOKENTRACE_LLAMACPP_MODEL"
         );
     };
-    let server = start_server(&python, &model);
-    wait_healthy(&server.url).await;
+    let mut server = start_server(&python, &model);
+    serve::wait_healthy(&mut server, Duration::from_secs(120)).await;
     let tmp = tempfile::tempdir().expect("tempdir");
     for endpoint in [Endpoint::Completions, Endpoint::Chat] {
         let started = Instant::now();

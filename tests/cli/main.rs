@@ -52,6 +52,7 @@ mod replay;
 mod replay_server;
 mod report;
 mod screen;
+mod serve;
 mod sim;
 mod store;
 mod trials;

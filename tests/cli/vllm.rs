@@ -8,11 +8,10 @@
 //! `#[ignore]`d with that reason, and run by `cargo test -- --include-ignored` (CI).
 
 use std::collections::BTreeMap;
-use std::io::{BufRead, BufReader};
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use crate::serve::{self, Server};
 use tokentrace_analyzer::contract::Verdict;
 use tokentrace_analyzer::{RuleSet, report, score_dir};
 use tokentrace_recorder::runner;
@@ -26,117 +25,36 @@ use tokentrace_schemas::tables::{
     EndReason, Endpoint, EventKind, Events, MetricRow, Metrics, Requests, Role,
 };
 
-/// The server this test started; stopped by its PID (SIGTERM: the API server stops its
-/// engine process) when dropped, also on a panic.
-struct Server {
-    child: Child,
-    url: String,
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let pid = self.child.id().to_string();
-        let _ = Command::new("kill").args(["-TERM", &pid]).status();
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while Instant::now() < deadline {
-            if let Ok(Some(_)) = self.child.try_wait() {
-                // Its engine process exits within a few seconds of the API server.
-                std::thread::sleep(Duration::from_secs(4));
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(100));
-        }
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
 const LAUNCH: &str = "python fixtures/vllm/serve.py MODEL_DIR";
 
 async fn start_server(python: &str, model: &str, flags: &[&str]) -> Server {
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/vllm/serve.py");
-    let mut child = Command::new(python)
-        .arg(script)
-        .arg(model)
-        .args(flags)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("start serve.py");
-    let stdout = child.stdout.take().expect("stdout");
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        let mut line = String::new();
-        let _ = BufReader::new(stdout).read_line(&mut line);
-        let _ = tx.send(line);
-    });
-    // Guard first, so a failure below still stops the process.
-    let mut server = Server {
-        child,
-        url: String::new(),
-    };
-    let line = rx
-        .recv_timeout(Duration::from_secs(60))
-        .expect("serve.py says where it listens");
-    let v: serde_json::Value = serde_json::from_str(&line).expect("a JSON line");
-    server.url = v["url"].as_str().expect("url").to_string();
-    eprintln!("vLLM: {line}");
-    let started = Instant::now();
-    let client = reqwest::Client::new();
-    loop {
-        if let Ok(r) = client.get(format!("{}/health", server.url)).send().await
-            && r.status().is_success()
-        {
-            break;
-        }
-        if let Ok(Some(status)) = server.child.try_wait() {
-            panic!("vLLM exited before it was ready: {status}");
-        }
-        assert!(
-            started.elapsed() < Duration::from_secs(300),
-            "{}/health never answered 200",
-            server.url
-        );
-        tokio::time::sleep(Duration::from_millis(500)).await;
-    }
-    eprintln!("vLLM ready in {:.0} s", started.elapsed().as_secs_f64());
+    // Its engine process exits within about 4 s of the API server.
+    let mut server = serve::spawn(
+        python,
+        "fixtures/vllm/serve.py",
+        model,
+        flags,
+        Duration::from_secs(60),
+        Duration::from_secs(4),
+    );
+    serve::wait_healthy(&mut server, Duration::from_secs(300)).await;
     server
 }
 
 fn options(url: &str, out: &Path, endpoint: Endpoint) -> RecordOptions {
     RecordOptions {
-        target: url.to_string(),
-        out: out.to_path_buf(),
-        model: None,
         endpoint,
         contexts: vec![256, 1024],
         concurrency: vec![1, 2, 4],
         window: Duration::from_secs(3),
         max_tokens: 16,
-        metrics_url: None,
         scrape_interval: Duration::from_millis(250),
         stall_timeout: Duration::from_secs(120),
         warmup_timeout: Duration::from_secs(120),
-        drain_timeout: Duration::from_secs(30),
         prompt_tolerance: session::DEFAULT_PROMPT_TOLERANCE,
-        resume: false,
         describe: vec![("hardware".to_string(), "CPU, 2 cores".to_string())],
         launch_command: Some(LAUNCH.to_string()),
-        api_key: None,
-        prefill_mode: tokentrace_schemas::manifest::PrefillMode::Scout,
-        progress: Default::default(),
-        writers: Default::default(),
-        steer: Default::default(),
-        feed: Default::default(),
-        retry_skipped: false,
-        gpus: Default::default(),
-        upload: None,
-        skip_over_capacity: false,
-        modes: vec![session::Mode::Matrix],
-        burst_requests: session::DEFAULT_BURST_REQUESTS,
-        rate: None,
-        plan_only: false,
-        replay: None,
+        ..crate::record::options(url, out)
     }
 }
 
@@ -170,12 +88,11 @@ fn fact<'a>(m: &'a Manifest, key: &str) -> Option<&'a str> {
         .map(|f| f.value.as_str())
 }
 
-/// The value of one unlabelled-by-reason sample family over a cell's scrapes:
-/// (scrape end, value) in time order.
-fn series(rows: &[MetricRow], family: &str) -> Vec<(i64, f64)> {
+/// The samples named `name` over a cell's scrapes: (scrape end, value) in time order.
+fn series(rows: &[MetricRow], name: &str) -> Vec<(i64, f64)> {
     let mut s: Vec<(i64, f64)> = rows
         .iter()
-        .filter(|r| r.name == family)
+        .filter(|r| r.name == name)
         .map(|r| (r.scrape_end_ns, r.value))
         .collect();
     s.sort_by_key(|p| p.0);
@@ -250,12 +167,7 @@ fn check_cells(run: &Path, what: &str) {
                 .iter()
                 .filter(|r| r.end_reason == EndReason::Cancelled)
                 .count();
-            let mut tokens: Vec<(i64, f64)> = metrics
-                .iter()
-                .filter(|r| r.name == "vllm:generation_tokens_total")
-                .map(|r| (r.scrape_end_ns, r.value))
-                .collect();
-            tokens.sort_by_key(|p| p.0);
+            let tokens = series(&metrics, "vllm:generation_tokens_total");
             let at_close = tokens
                 .iter()
                 .rev()
