@@ -14,7 +14,8 @@
 # JSON file is what is checked.
 #   REFBENCH=path/to/llm_decode_bench.py REFBENCH_PYTHON=path/to/python \
 #     bash bench/parity.sh [CONTEXTS=1k] [CONCURRENCY=1,4] [DURATION_S=10]
-#   (NO_BUILD=1 uses the built binaries; KEEP_WORK=1 keeps the work folder; PROFILE=
+#   (NO_BUILD=1 uses the built binaries; BIN= the folder holding tokentrace and
+#   tokentrace-record, default the release build; KEEP_WORK=1 keeps the work folder; PROFILE=
 #   a simulator profile, built-in name or file, instead of reference-h200x4; PIN=1 runs
 #   the simulator on CPU 0 and each tool's client on CPU 1 (taskset), so that neither
 #   client shares a core with the server.)
@@ -25,7 +26,9 @@
 # and the server's own mean TTFT of each tool's run (the change of vLLM's
 # time_to_first_token_seconds sum over its count across the run, every request of the
 # run counted); bench/parity_passes.py prints every pass's figures and their spread.
-#   TARGET=http://127.0.0.1:8000 PASSES=3 REFBENCH=… REFBENCH_PYTHON=… \
+# MAX_TOKENS= sets tokentrace's --max-tokens: the reference tool cuts its 2,048 to what
+# the server's max_model_len leaves (1,536 at 512 of 2,048), tokentrace skips the cell.
+#   TARGET=http://127.0.0.1:8000 PASSES=3 MAX_TOKENS=1536 REFBENCH=… REFBENCH_PYTHON=… \
 #     bash bench/parity.sh 512 1,4 10
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -34,10 +37,10 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 contexts=${1:-1k}
 concurrency=${2:-1,4}
 duration=${3:-10}
-if [ -z "${NO_BUILD:-}" ]; then
+if [ -z "${NO_BUILD:-}" ] && [ -z "${BIN:-}" ]; then
   cargo build --release --quiet -p tokentrace -p tokentrace-recorder
 fi
-bin=${CARGO_TARGET_DIR:-target}/release
+bin=${BIN:-${CARGO_TARGET_DIR:-target}/release}
 work=$(mktemp -d)
 sim=
 if [ -n "${KEEP_WORK:-}" ]; then
@@ -88,7 +91,8 @@ if [ -n "${TARGET:-}" ]; then
     /usr/bin/time -f "%U %S" -o "$work/cpu-tokentrace-$1" \
       "$bin/tokentrace-record" --target "$url" --out "$work/run-$1" --endpoint chat \
       --contexts "$(echo "$contexts" | tr 'k' 'K')" --concurrency "$concurrency" \
-      --duration "${duration}s" --gpu-telemetry off > "$work/tokentrace-$1.log" 2>&1 || {
+      --duration "${duration}s" --gpu-telemetry off ${MAX_TOKENS:+--max-tokens "$MAX_TOKENS"} \
+      > "$work/tokentrace-$1.log" 2>&1 || {
         code=$?; [ "$code" -eq 3 ] || { tail -20 "$work/tokentrace-$1.log" >&2; exit "$code"; }
       }
     echo "$before $(ttft_mark)" > "$work/ttft-tokentrace-$1"
