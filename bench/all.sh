@@ -2,6 +2,9 @@
 # Every figure of BENCHMARKS.md in one command (about 15 minutes on 2 vCPUs, plus the
 # release build): trace size, recorder accuracy, ingest CPU and memory, re-scoring speed,
 # and the hot-path benches. Run from the repository root: bash bench/all.sh
+# Not here, because they need a real engine, the reference tool or a GPU (each script's
+# header says how, BENCHMARKS.md gives the command beside its figures): parity.sh and
+# equal_load.sh (the reference tool), vllm_sim.sh (vLLM), gpu.sh (a GPU machine).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 cargo build --release --quiet -p tokentrace -p tokentrace-recorder -p tokentrace-testkit --examples
