@@ -9,6 +9,7 @@ use std::process::ExitCode;
 use anyhow::{Context, bail};
 use tokentrace_analyzer::contract::{Scoring, Verdict};
 use tokentrace_analyzer::report::{self, Format};
+use tokentrace_analyzer::stages::{self, Stage};
 use tokentrace_analyzer::{RuleSet, diff, score_dir};
 
 /// The rule set used when none is given.
@@ -16,6 +17,27 @@ pub const DEFAULT_RULES: &str = "default";
 
 fn format(s: &str) -> Result<Format, String> {
     Format::parse(s).ok_or_else(|| format!("`{s}`: expected md, json, csv or html"))
+}
+
+/// `--timings`: where a command's time and memory went, stage by stage.
+#[derive(Debug, Clone, Copy, clap::Args)]
+pub struct Timings {
+    /// Print on stderr, when done, the time and memory of each stage of scoring (open,
+    /// verify, load, rules, loops, render) and the wall time.
+    #[arg(long)]
+    pub timings: bool,
+}
+
+impl Timings {
+    /// Runs the command `f`, then prints the stages' table when asked for.
+    pub fn around<R>(self, f: impl FnOnce() -> R) -> R {
+        let started = std::time::Instant::now();
+        let r = f();
+        if self.timings {
+            eprint!("{}", tokentrace_analyzer::stages::table(started.elapsed()));
+        }
+        r
+    }
 }
 
 /// Arguments of `tokentrace report`.
@@ -36,6 +58,8 @@ pub struct ReportArgs {
     /// Write the report to this file instead of standard output.
     #[arg(long)]
     pub out: Option<PathBuf>,
+    #[command(flatten)]
+    pub timings: Timings,
 }
 
 /// Arguments of `tokentrace rescore`.
@@ -48,6 +72,8 @@ pub struct RescoreArgs {
     /// Rule set: a TOML file, or a built-in name (default, reference, reference@0.6.2, default@1.4.0).
     #[arg(long, default_value = DEFAULT_RULES)]
     pub rules: String,
+    #[command(flatten)]
+    pub timings: Timings,
 }
 
 /// Arguments of `tokentrace diff`.
@@ -70,6 +96,8 @@ pub struct DiffArgs {
     /// Output format: md, json, or html (both matrices and the ratio heat map).
     #[arg(long, value_parser = format, default_value = "md")]
     pub format: Format,
+    #[command(flatten)]
+    pub timings: Timings,
 }
 
 fn rules(spec: &str) -> anyhow::Result<RuleSet> {
@@ -147,20 +175,17 @@ pub fn report(args: &ReportArgs) -> anyhow::Result<ExitCode> {
     let run_dir = given.dir();
     let (s, text) = if args.format == Format::Html {
         // The page's drill-downs draw each cell's trace from the load the scoring used.
-        let run = tokentrace_analyzer::Run::open(run_dir)
+        let run = tokentrace_analyzer::Run::open_footers(run_dir)
             .with_context(|| format!("cannot score {}", run_dir.display()))?;
-        let (s, loaded) = tokentrace_analyzer::score::score_loaded(
-            &run,
-            &rules,
-            tokentrace_analyzer::load::Loads::Traces,
-        )
-        .with_context(|| format!("cannot score {}", run_dir.display()))?;
-        let traces = tokentrace_analyzer::trace::traces_of(&s, &loaded);
-        let text = tokentrace_analyzer::report::html_page(&s, &traces);
+        let (s, traces) = tokentrace_analyzer::score::score_run(&run, &rules, true)
+            .with_context(|| format!("cannot score {}", run_dir.display()))?;
+        let text = stages::time(Stage::Render, || {
+            tokentrace_analyzer::report::html_page(&s, &traces)
+        });
         (s, text)
     } else {
         let s = scored(run_dir, &rules)?;
-        let text = report::render(&s, args.format);
+        let text = stages::time(Stage::Render, || report::render(&s, args.format));
         (s, text)
     };
     write_out(args.out.as_deref(), &text)?;
@@ -189,7 +214,8 @@ pub fn rescore(args: &RescoreArgs, out: &mut impl Write) -> anyhow::Result<ExitC
         let dir = run.join("results");
         std::fs::create_dir_all(&dir)
             .with_context(|| format!("cannot create {}", dir.display()))?;
-        write_out(Some(&path), &report::json(&s))?;
+        let text = stages::time(Stage::Render, || report::json(&s));
+        write_out(Some(&path), &text)?;
         // A stored run gets its scoring back in the store, next to its trace.
         let written = crate::remote::upload_back(&local, &path)?;
         let count = |v: Verdict| s.cells.iter().filter(|c| c.verdict == Some(v)).count();

@@ -24,6 +24,8 @@ pub struct CatalogArgs {
     /// The Parquet file to write.
     #[arg(long)]
     pub out: PathBuf,
+    #[command(flatten)]
+    pub timings: crate::analyze::Timings,
 }
 
 /// Run folders under `dir` (itself included), sorted; a run's own folders are not

@@ -81,11 +81,17 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             Ok(check::run(&local, &mut std::io::stdout().lock())?.exit_code())
         }
         Command::Sim(args) => sim::run(&args).map(|()| ExitCode::SUCCESS),
-        Command::Catalog(args) => catalog::run(&args, &mut std::io::stdout().lock()),
+        Command::Catalog(args) => args
+            .timings
+            .around(|| catalog::run(&args, &mut std::io::stdout().lock())),
         Command::Record(args) => record(&args),
-        Command::Report(args) => analyze::report(&args),
-        Command::Rescore(args) => analyze::rescore(&args, &mut std::io::stdout().lock()),
-        Command::Diff(args) => analyze::diff(&args, &mut std::io::stdout().lock()),
+        Command::Report(args) => args.timings.around(|| analyze::report(&args)),
+        Command::Rescore(args) => args
+            .timings
+            .around(|| analyze::rescore(&args, &mut std::io::stdout().lock())),
+        Command::Diff(args) => args
+            .timings
+            .around(|| analyze::diff(&args, &mut std::io::stdout().lock())),
         Command::Reparse(args) => reparse::run(&args, &mut std::io::stdout().lock()),
         Command::Watch(args) => watch::run(&args),
     }

@@ -1,13 +1,16 @@
-//! tokentrace analyzer: reads run folders with polars and recomputes the speed-test
-//! matrix under versioned rule sets: figures, verdicts with evidence, reports, diffs. It
-//! never talks to a server: the run folder is its only input.
+//! tokentrace analyzer: reads run folders and recomputes the speed-test matrix under
+//! versioned rule sets: figures, verdicts with evidence, reports, diffs. It never talks
+//! to a server: the run folder is its only input.
 //!
-//! The map: [`run`] opens a folder and [`load`] reads its tables once into the plain
-//! per-cell data (the HTML page's traces, [`trace`], come from the same read); the
+//! The map: [`run`] opens a folder; [`score()`] reads it cell by cell with the trace's
+//! own reader (only the columns the rules read) into the plain per-cell data, which the
 //! polars-free `tokentrace-score` crate (re-exported here: [`rules`], [`presets`],
-//! [`contract`], [`figures`], [`loops`]) judges it, the same code the recorder's live
-//! view runs; [`score()`] ties the two; [`report`] (Markdown, CSV, JSON, HTML: one door,
-//! a format-free model and a writer per format) and [`diff`] read the figure table.
+//! [`contract`], [`figures`], [`loops`]) judges, the same code the recorder's live view
+//! runs, and the HTML page's traces ([`trace`]) come from the same read; each cell's
+//! data is dropped once scored, so memory holds a few cells, not the run. [`load`] is
+//! the polars load of a whole run the tests hold that against, and [`run`]'s polars
+//! scans serve queries. [`report`] (Markdown, CSV, JSON, HTML: one door, a format-free
+//! model and a writer per format) and [`diff`] read the figure table.
 
 pub mod catalog;
 pub mod diff;
@@ -18,7 +21,7 @@ pub mod run;
 pub mod score;
 pub mod trace;
 
-pub use tokentrace_score::{contract, figures, loops, numbers, presets, rules, stats};
+pub use tokentrace_score::{contract, figures, loops, numbers, presets, rules, stages, stats};
 
 pub use contract::Scoring;
 pub use error::{Error, Result};

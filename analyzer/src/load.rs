@@ -1,6 +1,6 @@
-//! The polars side of scoring: lazy scans over every complete cell of a run, reduced to
-//! the small per-request and per-cell tables the rules need (request lifecycles, token
-//! aggregates, in-window gaps, gauge samples, lifecycle events, text for loop checks).
+//! A whole run loaded at once with polars: lazy scans over every complete cell, reduced
+//! to the per-request and per-cell tables the rules need. Scoring reads cell by cell
+//! instead ([`crate::score::score_run`]); this in-memory path is what tests hold it to.
 
 use std::collections::HashMap;
 

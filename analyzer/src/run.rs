@@ -14,6 +14,8 @@ use tokentrace_schemas::reader::open_table;
 use tokentrace_schemas::tables::{Chunks, Events, Metrics, Requests, TABLE_NAMES};
 use tokentrace_schemas::{CellKey, Table};
 
+use tokentrace_score::stages::{self, Stage};
+
 use crate::error::{Error, Result};
 
 /// One cell folder of the run and whether it can be scored.
@@ -50,27 +52,53 @@ pub struct Run {
     pub cells: Vec<CellState>,
 }
 
-fn check_cell(dir: &Path) -> tokentrace_schemas::Result<CellMeta> {
-    let meta = CellMeta::read_complete(dir)?;
+fn check_cell(dir: &Path, pages: bool) -> tokentrace_schemas::Result<CellMeta> {
+    let meta = stages::time(Stage::Open, || CellMeta::read_complete(dir))?;
+    if !pages {
+        fn footer<T: Table>(dir: &Path, file: &str) -> tokentrace_schemas::Result<()> {
+            stages::time(Stage::Open, || open_table::<T>(&dir.join(file))).map(drop)
+        }
+        footer::<Requests>(dir, "requests.parquet")?;
+        footer::<Chunks>(dir, "chunks.parquet")?;
+        footer::<Metrics>(dir, "metrics.parquet")?;
+        footer::<Events>(dir, "events.parquet")?;
+        return Ok(meta);
+    }
     // Version, table and columns from the footer, then every page decoded by the trace's
     // own reader: polars, which reads the tables next, aborts the process on some damaged
     // pages (found by the damaged-run fuzz target), so it only sees files that decode.
-    open_table::<Requests>(&dir.join("requests.parquet"))?.verify()?;
-    open_table::<Chunks>(&dir.join("chunks.parquet"))?.verify()?;
-    open_table::<Metrics>(&dir.join("metrics.parquet"))?.verify()?;
-    open_table::<Events>(&dir.join("events.parquet"))?.verify()?;
+    fn check<T: Table>(dir: &Path, file: &str) -> tokentrace_schemas::Result<u64> {
+        let table = stages::time(Stage::Open, || open_table::<T>(&dir.join(file)))?;
+        stages::time(Stage::Verify, || table.verify())
+    }
+    check::<Requests>(dir, "requests.parquet")?;
+    check::<Chunks>(dir, "chunks.parquet")?;
+    check::<Metrics>(dir, "metrics.parquet")?;
+    check::<Events>(dir, "events.parquet")?;
     Ok(meta)
 }
 
 impl Run {
-    /// Opens `dir`: reads the manifest and checks every cell folder. A bad cell does not
-    /// fail the run; it is listed as incomplete with the error that explains it.
+    /// Opens `dir`: reads the manifest and checks every cell folder, every page of its
+    /// tables decoded (for polars, which must only see files that decode). A bad cell
+    /// does not fail the run; it is listed as incomplete with the error that explains it.
     pub fn open(dir: &Path) -> Result<Run> {
-        let manifest = Manifest::read(dir)?;
+        Run::open_checking(dir, true)
+    }
+
+    /// Opens `dir` as [`Run::open`] does, but checks only each table's footer (version,
+    /// table, columns): for the trace's own reader, which checks every page as it reads
+    /// it ([`crate::score::score_run`] lists a cell whose pages fail as incomplete).
+    pub fn open_footers(dir: &Path) -> Result<Run> {
+        Run::open_checking(dir, false)
+    }
+
+    fn open_checking(dir: &Path, pages: bool) -> Result<Run> {
+        let manifest = stages::time(Stage::Open, || Manifest::read(dir))?;
         // Each cell's pages are decoded to check them: cells in parallel, in order.
         let cells = list_cells(dir)?
             .into_par_iter()
-            .map(|(key, cell_dir)| match check_cell(&cell_dir) {
+            .map(|(key, cell_dir)| match check_cell(&cell_dir, pages) {
                 Ok(meta) => CellState::Complete {
                     key,
                     dir: cell_dir,

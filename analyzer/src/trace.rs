@@ -10,15 +10,64 @@ use tokentrace_schemas::column::StrEnum;
 use tokentrace_schemas::layout::{CellKey, Phase};
 use tokentrace_schemas::tables::Role;
 
-use crate::error::Result;
 use crate::load;
-use crate::rules::RuleSet;
-use crate::run::Run;
 
-/// Most points kept of a cell's token series: the series is cut to every k-th token
-/// event (k = events / MAX_POINTS, rounded up) plus the last; each kept point's
-/// cumulative count is exact.
+/// Most points kept of a series drawn: a cell's output tokens over time (see
+/// `token_series`: about this many), and its gauges, which a longer scrape series cuts to
+/// [`COLUMNS`] pixel columns of equal time keeping only each column's lowest and highest
+/// points ([`min_max`]), so no peak or dip is lost. Kept values are exact.
 pub const MAX_POINTS: usize = 600;
+/// Pixel columns of a down-sampled series: two points each at most.
+pub const COLUMNS: usize = MAX_POINTS / 2;
+/// Most requests whose marks a cell's drill-down draws; beyond it every k-th is kept.
+pub const MAX_REQUESTS: usize = 2_000;
+
+/// The indices of the points of the series `xs` (ascending), `ys` to keep: all of them
+/// when there are at most [`MAX_POINTS`]; otherwise, over [`COLUMNS`] columns of equal
+/// width from the first x to the last, each column's lowest and highest y (the earlier
+/// point of equal ones), in x order, and always the first and last point. With several
+/// series on one x axis (`ys` holds each), the union of each one's points.
+pub fn min_max(xs: &[i64], ys: &[&[Option<f64>]]) -> Vec<usize> {
+    let n = xs.len();
+    if n <= MAX_POINTS {
+        return (0..n).collect();
+    }
+    let (first, last) = (xs[0], xs[n - 1]);
+    let width = (i128::from(last) - i128::from(first)).max(1);
+    let column = |x: i64| {
+        let c = (i128::from(x) - i128::from(first)) * COLUMNS as i128 / width;
+        usize::try_from(c).unwrap_or(0).min(COLUMNS - 1)
+    };
+    let mut keep = vec![false; n];
+    keep[0] = true;
+    keep[n - 1] = true;
+    for y in ys {
+        // Per column: (index of the lowest, index of the highest).
+        let mut best: Vec<Option<(usize, usize)>> = vec![None; COLUMNS];
+        for (i, x) in xs.iter().enumerate() {
+            let Some(v) = y.get(i).copied().flatten() else {
+                continue;
+            };
+            let slot = &mut best[column(*x)];
+            match slot {
+                None => *slot = Some((i, i)),
+                Some((lo, hi)) => {
+                    if y[*lo].is_some_and(|l| v < l) {
+                        *lo = i;
+                    }
+                    if y[*hi].is_some_and(|h| v > h) {
+                        *hi = i;
+                    }
+                }
+            }
+        }
+        for (lo, hi) in best.into_iter().flatten() {
+            keep[lo] = true;
+            keep[hi] = true;
+        }
+    }
+    (0..n).filter(|i| keep[*i]).collect()
+}
 
 /// Edges of the gap histogram, ms (log-spaced, 1-2-5): the last bin is open.
 pub const GAP_EDGES_MS: [f64; 16] = [
@@ -94,14 +143,28 @@ fn loop_text(
     ))
 }
 
-fn seconds(ns: i64, open: i64) -> f64 {
-    (ns - open) as f64 / 1e9
+/// A cell's output tokens over time from its token events (time order): seconds from
+/// the window's opening and the cumulative count there. Past [`MAX_POINTS`] events, every
+/// k-th event (k = events / MAX_POINTS, rounded up) and the last: the series only rises,
+/// so the curve between two kept points stays between their counts, and each kept count
+/// is exact.
+fn token_series(events: &[(i64, i64)], open: i64) -> (Vec<f64>, Vec<i64>) {
+    let stride = events.len().div_ceil(MAX_POINTS).max(1);
+    let mut times = Vec::new();
+    let mut tokens = Vec::new();
+    let mut total = 0i64;
+    for (i, (at, n)) in events.iter().enumerate() {
+        total += n;
+        if i % stride == 0 || i + 1 == events.len() {
+            times.push(seconds(*at, open));
+            tokens.push(total);
+        }
+    }
+    (times, tokens)
 }
 
-/// Every decode cell's trace, for the cells with a window.
-pub fn traces(run: &Run, rules: &RuleSet) -> Result<BTreeMap<CellKey, CellTrace>> {
-    let (scoring, loaded) = crate::score::score_loaded(run, rules, load::Loads::Traces)?;
-    Ok(traces_of(&scoring, &loaded))
+fn seconds(ns: i64, open: i64) -> f64 {
+    (ns - open) as f64 / 1e9
 }
 
 /// Every decode and replay cell's trace, from a run already loaded for its `scoring`
@@ -110,111 +173,216 @@ pub fn traces_of(
     scoring: &crate::contract::Scoring,
     loaded: &load::Loaded,
 ) -> BTreeMap<CellKey, CellTrace> {
-    let preset = &scoring.metrics;
     let mut out = BTreeMap::new();
-    for (key, &(open, close)) in &loaded.windows {
-        if !matches!(key.phase, Phase::Decode | Phase::Replay) {
-            continue;
+    for c in &scoring.cells {
+        if let Some(t) = cell_trace(c, loaded, &scoring.metrics) {
+            out.insert(c.key(), t);
         }
-        let replay = key.phase == Phase::Replay;
-        let events = loaded.timelines.get(key).map(Vec::as_slice).unwrap_or(&[]);
-        let stride = events.len().div_ceil(MAX_POINTS).max(1);
-        let mut times = Vec::new();
-        let mut tokens = Vec::new();
-        let mut total = 0i64;
-        for (i, (at, n)) in events.iter().enumerate() {
-            total += n;
-            if i % stride == 0 || i + 1 == events.len() {
-                times.push(seconds(*at, open));
-                tokens.push(total);
-            }
-        }
-        let requests = loaded
-            .requests
-            .get(key)
-            .map(Vec::as_slice)
-            .unwrap_or(&[])
-            .iter()
-            .filter(|r| matches!(r.role, Role::Warmup | Role::Measured))
-            .map(|r| Marks {
-                request_id: r.request_id,
-                role: r.role.as_str().to_string(),
-                sent: r.sent_ns.map(|t| seconds(t, open)),
-                first_token: loaded
-                    .tokens
-                    .get(&r.request_id)
-                    .and_then(|a| a.first_token_ns)
-                    .map(|t| seconds(t, open)),
-                end: r.end_ns.map(|t| seconds(t, open)),
-                scheduled: replay.then(|| seconds(r.scheduled_ns, open)),
-            })
-            .collect();
-        let mut gap_counts = vec![0u64; GAP_EDGES_MS.len()];
-        for g in loaded.gaps.get(key).map(Vec::as_slice).unwrap_or(&[]) {
-            let ms = *g as f64 / 1e6;
-            let bin = GAP_EDGES_MS.partition_point(|e| *e <= ms).saturating_sub(1);
-            if let Some(c) = gap_counts.get_mut(bin) {
-                *c += 1;
-            }
-        }
-        // The gauges: requests running and waiting, and KV-cache use (not counters).
-        let samples = loaded.samples.get(key);
-        let names: Vec<&String> = [&preset.running, &preset.waiting, &preset.kv_cache_usage]
-            .into_iter()
-            .flatten()
-            .filter(|n| samples.is_some_and(|s| s.contains_key(*n)))
-            .collect();
-        let mut at: Vec<i64> = names
-            .iter()
-            .flat_map(|n| samples.and_then(|s| s.get(*n)).into_iter().flatten())
-            .map(|s| s.start_ns)
-            .collect();
-        at.sort_unstable();
-        at.dedup();
-        let gauges = names
-            .iter()
-            .map(|n| {
-                let values = samples
-                    .and_then(|s| s.get(*n))
-                    .map(Vec::as_slice)
-                    .unwrap_or(&[]);
-                (
-                    (*n).clone(),
-                    at.iter()
-                        .map(|t| {
-                            values
-                                .iter()
-                                .find(|s| s.start_ns == *t)
-                                .map(|s| s.value)
-                                .filter(|v| v.is_finite())
-                        })
-                        .collect(),
-                )
-            })
-            .collect();
-        out.insert(
-            *key,
-            CellTrace {
-                window_s: seconds(close, open),
-                times,
-                tokens,
-                requests,
-                gap_counts,
-                gauge_times: at.iter().map(|t| seconds(*t, open)).collect(),
-                gauges,
-                loop_text: scoring
-                    .cells
-                    .iter()
-                    .find(|c| c.key() == *key)
-                    .and_then(|c| {
-                        c.evidence.iter().find_map(|e| match e {
-                            crate::contract::Evidence::Loop(l) => Some(l),
-                            _ => None,
-                        })
-                    })
-                    .and_then(|l| loop_text(loaded, l)),
-            },
-        );
     }
     out
+}
+
+/// The trace of the decode or replay cell `cell` scored (its loop evidence gives the
+/// loop's text) from `loaded` (which needs to hold only that cell, with its timeline);
+/// `None` for other cells and cells without a window.
+pub fn cell_trace(
+    cell: &crate::contract::CellScore,
+    loaded: &load::Loaded,
+    preset: &tokentrace_score::presets::Preset,
+) -> Option<CellTrace> {
+    let key = &cell.key();
+    let &(open, close) = loaded.windows.get(key)?;
+    if !matches!(key.phase, Phase::Decode | Phase::Replay) {
+        return None;
+    }
+    let replay = key.phase == Phase::Replay;
+    let events = loaded.timelines.get(key).map(Vec::as_slice).unwrap_or(&[]);
+    let (times, tokens) = token_series(events, open);
+    let drawn: Vec<&load::RequestInfo> = loaded
+        .requests
+        .get(key)
+        .map(Vec::as_slice)
+        .unwrap_or(&[])
+        .iter()
+        .filter(|r| matches!(r.role, Role::Warmup | Role::Measured))
+        .collect();
+    let every = drawn.len().div_ceil(MAX_REQUESTS).max(1);
+    let requests = drawn
+        .iter()
+        .step_by(every)
+        .map(|r| Marks {
+            request_id: r.request_id,
+            role: r.role.as_str().to_string(),
+            sent: r.sent_ns.map(|t| seconds(t, open)),
+            first_token: loaded
+                .tokens
+                .get(&r.request_id)
+                .and_then(|a| a.first_token_ns)
+                .map(|t| seconds(t, open)),
+            end: r.end_ns.map(|t| seconds(t, open)),
+            scheduled: replay.then(|| seconds(r.scheduled_ns, open)),
+        })
+        .collect();
+    let mut gap_counts = vec![0u64; GAP_EDGES_MS.len()];
+    for g in loaded.gaps.get(key).map(Vec::as_slice).unwrap_or(&[]) {
+        let ms = *g as f64 / 1e6;
+        let bin = GAP_EDGES_MS.partition_point(|e| *e <= ms).saturating_sub(1);
+        if let Some(c) = gap_counts.get_mut(bin) {
+            *c += 1;
+        }
+    }
+    // The gauges: requests running and waiting, and KV-cache use (not counters).
+    let samples = loaded.samples.get(key);
+    let names: Vec<&String> = [&preset.running, &preset.waiting, &preset.kv_cache_usage]
+        .into_iter()
+        .flatten()
+        .filter(|n| samples.is_some_and(|s| s.contains_key(*n)))
+        .collect();
+    let mut at: Vec<i64> = names
+        .iter()
+        .flat_map(|n| samples.and_then(|s| s.get(*n)).into_iter().flatten())
+        .map(|s| s.start_ns)
+        .collect();
+    at.sort_unstable();
+    at.dedup();
+    let gauges: Vec<(String, Vec<Option<f64>>)> = names
+        .iter()
+        .map(|n| {
+            let values = samples
+                .and_then(|s| s.get(*n))
+                .map(Vec::as_slice)
+                .unwrap_or(&[]);
+            // Samples are in time order: one pass over both.
+            let mut next = values.iter().peekable();
+            let column = at
+                .iter()
+                .map(|t| {
+                    while next.peek().is_some_and(|s| s.start_ns < *t) {
+                        next.next();
+                    }
+                    next.peek()
+                        .filter(|s| s.start_ns == *t)
+                        .map(|s| s.value)
+                        .filter(|v| v.is_finite())
+                })
+                .collect();
+            ((*n).clone(), column)
+        })
+        .collect();
+    let keep = min_max(
+        &at,
+        &gauges.iter().map(|(_, v)| v.as_slice()).collect::<Vec<_>>(),
+    );
+    let at: Vec<i64> = keep.iter().map(|i| at[*i]).collect();
+    let gauges = gauges
+        .into_iter()
+        .map(|(n, v)| (n, keep.iter().map(|i| v[*i]).collect()))
+        .collect();
+    Some(CellTrace {
+        window_s: seconds(close, open),
+        times,
+        tokens,
+        requests,
+        gap_counts,
+        gauge_times: at.iter().map(|t| seconds(*t, open)).collect(),
+        gauges,
+        loop_text: cell
+            .evidence
+            .iter()
+            .find_map(|e| match e {
+                crate::contract::Evidence::Loop(l) => Some(l),
+                _ => None,
+            })
+            .and_then(|l| loop_text(loaded, l)),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokentrace_schemas::rng::Rng;
+
+    /// Every pixel column's lowest and highest value of every series is among the points
+    /// kept, and no more than two per column and series are (plus the ends).
+    #[test]
+    fn down_sampling_keeps_each_columns_min_and_max() {
+        let mut rng = Rng::new(43);
+        for n in [MAX_POINTS + 1, 5_000, 100_000] {
+            let mut x = 0i64;
+            let xs: Vec<i64> = (0..n)
+                .map(|_| {
+                    x += 1 + rng.below(1_000_000) as i64;
+                    x
+                })
+                .collect();
+            let spiky: Vec<Option<f64>> = (0..n)
+                .map(|i| match i % 97 {
+                    0 => None,
+                    1 => Some(1e6 * rng.unit()),
+                    _ => Some(rng.unit()),
+                })
+                .collect();
+            let flat: Vec<Option<f64>> = (0..n).map(|i| Some((i % 3) as f64)).collect();
+            let keep = min_max(&xs, &[&spiky, &flat]);
+            assert!(keep.len() <= 4 * COLUMNS + 2, "{n}: {} kept", keep.len());
+            assert!(keep.windows(2).all(|w| w[0] < w[1]), "{n}: not in order");
+            assert_eq!((keep[0], keep[keep.len() - 1]), (0, n - 1));
+            let (first, last) = (xs[0], xs[n - 1]);
+            let column = |x: i64| {
+                (((x - first) as i128 * COLUMNS as i128 / (last - first) as i128) as usize)
+                    .min(COLUMNS - 1)
+            };
+            for y in [&spiky, &flat] {
+                for c in 0..COLUMNS {
+                    let values: Vec<f64> = (0..n)
+                        .filter(|i| column(xs[*i]) == c)
+                        .filter_map(|i| y[i])
+                        .collect();
+                    let kept: Vec<f64> = keep
+                        .iter()
+                        .filter(|i| column(xs[**i]) == c)
+                        .filter_map(|i| y[*i])
+                        .collect();
+                    for want in [
+                        values.iter().copied().reduce(f64::min),
+                        values.iter().copied().reduce(f64::max),
+                    ]
+                    .into_iter()
+                    .flatten()
+                    {
+                        assert!(kept.contains(&want), "{n}: column {c} lost {want}");
+                    }
+                }
+            }
+        }
+        // Short series are kept whole.
+        let xs: Vec<i64> = (0..MAX_POINTS as i64).collect();
+        let ys: Vec<Option<f64>> = xs.iter().map(|x| Some(*x as f64)).collect();
+        assert_eq!(min_max(&xs, &[&ys]).len(), MAX_POINTS);
+    }
+
+    /// A cell's token series past MAX_POINTS events keeps at most MAX_POINTS + 1 exact
+    /// cumulative counts, the first and the last event among them.
+    #[test]
+    fn the_token_series_stays_exact_when_cut() {
+        let events: Vec<(i64, i64)> = (0..50_000i64)
+            .map(|i| (i * 1_000 + i % 7, 1 + i % 3))
+            .collect();
+        let (times, tokens) = token_series(&events, 0);
+        assert!(
+            times.len() <= MAX_POINTS + 1 && times.len() > COLUMNS,
+            "{}",
+            times.len()
+        );
+        let total: i64 = events.iter().map(|e| e.1).sum();
+        assert_eq!(tokens.last(), Some(&total));
+        assert_eq!(tokens.first(), Some(&events[0].1));
+        for (t, c) in times.iter().zip(&tokens) {
+            let i = events
+                .iter()
+                .position(|e| (e.0 as f64 / 1e9 - t).abs() < 1e-12)
+                .expect("a kept event");
+            assert_eq!(*c, events[..=i].iter().map(|e| e.1).sum::<i64>());
+        }
+    }
 }

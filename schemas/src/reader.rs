@@ -41,13 +41,68 @@ pub struct FileStamp {
 /// Iterates a table file's rows one record batch at a time.
 #[derive(Debug)]
 pub struct TableReader<T: Table> {
+    batches: Batches,
+    _table: PhantomData<T>,
+}
+
+/// A table file's record batches, counted: past the last, rows that do not add up to
+/// the footer's count are an error; after an error, nothing more is read. Calls into
+/// the Parquet library are guarded ([`guarded`]).
+#[derive(Debug)]
+struct Batches {
     path: PathBuf,
     inner: ParquetRecordBatchReader,
     stamp: FileStamp,
+    /// Rows read so far.
     row: u64,
     /// The library failed mid-file: nothing more is read.
     broken: bool,
-    _table: PhantomData<T>,
+}
+
+impl Batches {
+    fn new(path: &Path, inner: ParquetRecordBatchReader, stamp: FileStamp) -> Batches {
+        Batches {
+            path: path.to_path_buf(),
+            inner,
+            stamp,
+            row: 0,
+            broken: false,
+        }
+    }
+
+    /// The next batch, `None` at the end (and after an error).
+    fn next_batch(&mut self) -> Result<Option<arrow_array::RecordBatch>> {
+        if self.broken {
+            return Ok(None);
+        }
+        let path = self.path.clone();
+        let got = guarded(&path, || match self.inner.next() {
+            None => {
+                // Read to the end: the rows add up to the footer's count, as `verify`
+                // checks.
+                let expected = self.stamp.rows;
+                if i64::try_from(self.row).ok() != Some(expected) {
+                    return Err(rows_short(&self.path, self.row, expected));
+                }
+                Ok(None)
+            }
+            Some(batch) => {
+                let batch = batch.map_err(|e| corrupt_batch(&self.path, &e))?;
+                self.row += batch.num_rows() as u64;
+                Ok(Some(batch))
+            }
+        });
+        self.broken = got.is_err();
+        got
+    }
+}
+
+/// A batch the Parquet library could not decode.
+fn corrupt_batch(path: &Path, e: &arrow_schema::ArrowError) -> Error {
+    Error::Corrupt {
+        path: path.to_path_buf(),
+        source: parquet::errors::ParquetError::ArrowError(e.to_string()),
+    }
 }
 
 /// The message of a caught panic (its `&str` or `String` payload).
@@ -79,6 +134,20 @@ pub fn open_table<T: Table>(path: &Path) -> Result<TableReader<T>> {
 }
 
 fn open_unguarded<T: Table>(path: &Path) -> Result<TableReader<T>> {
+    let (builder, stamp) = checked::<T>(path)?;
+    let inner = builder.build().map_err(|source| Error::Corrupt {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    Ok(TableReader {
+        batches: Batches::new(path, inner, stamp),
+        _table: PhantomData,
+    })
+}
+
+/// A table file's reader builder, its stamp and columns checked against `T`'s schema (a
+/// file written before the table's added columns holds the columns before them).
+fn checked<T: Table>(path: &Path) -> Result<(ParquetRecordBatchReaderBuilder<File>, FileStamp)> {
     let file = crate::fsutil::open(path, "Parquet table")?;
     let corrupt = |source| Error::Corrupt {
         path: path.to_path_buf(),
@@ -105,15 +174,7 @@ fn open_unguarded<T: Table>(path: &Path) -> Result<TableReader<T>> {
             found: describe_fields(found.fields()),
         });
     }
-    let inner = builder.build().map_err(corrupt)?;
-    Ok(TableReader {
-        path: path.to_path_buf(),
-        inner,
-        stamp,
-        row: 0,
-        broken: false,
-        _table: PhantomData,
-    })
+    Ok((builder, stamp))
 }
 
 fn check_stamp<T: Table>(
@@ -170,57 +231,17 @@ fn check_stamp<T: Table>(
 impl<T: Table> TableReader<T> {
     /// The file's stamp (version, table, writer, row count from the footer).
     pub fn stamp(&self) -> &FileStamp {
-        &self.stamp
+        &self.batches.stamp
     }
 
-    /// The next batch of rows, `None` at the end (and after an error).
+    /// The next batch of rows, `None` at the end (and after an error). At the end, rows
+    /// that do not add up to the footer's count are an error, as in [`Self::verify`].
     pub fn next_rows(&mut self) -> Result<Option<Vec<T::Row>>> {
-        if self.broken {
-            return Ok(None);
-        }
-        let path = self.path.clone();
-        let got = guarded(&path, || self.next_unguarded());
-        self.broken = got.is_err();
-        got
-    }
-
-    /// Decodes every page of the file without building rows, and checks the rows add up
-    /// to the footer's count: damage anywhere in the data is an error naming the file.
-    /// Readers less careful with damaged bytes (polars aborts the process on a length
-    /// field that asks for 2^61 bytes) are handed only files that passed this.
-    pub fn verify(mut self) -> Result<u64> {
-        let path = self.path.clone();
-        let expected = self.stamp.rows;
-        guarded(&path, move || {
-            let mut rows = 0u64;
-            for batch in self.inner.by_ref() {
-                let batch = batch.map_err(|e| Error::Corrupt {
-                    path: self.path.clone(),
-                    source: parquet::errors::ParquetError::ArrowError(e.to_string()),
-                })?;
-                rows += batch.num_rows() as u64;
-            }
-            if i64::try_from(rows).ok() != Some(expected) {
-                return Err(Error::Corrupt {
-                    path: self.path.clone(),
-                    source: parquet::errors::ParquetError::General(format!(
-                        "{rows} rows decoded, the footer says {expected}"
-                    )),
-                });
-            }
-            Ok(rows)
-        })
-    }
-
-    fn next_unguarded(&mut self) -> Result<Option<Vec<T::Row>>> {
-        let Some(batch) = self.inner.next() else {
+        let Some(mut batch) = self.batches.next_batch()? else {
             return Ok(None);
         };
-        let corrupt = |e: arrow_schema::ArrowError| Error::Corrupt {
-            path: self.path.clone(),
-            source: parquet::errors::ParquetError::ArrowError(e.to_string()),
-        };
-        let mut batch = batch.map_err(corrupt)?;
+        let path = &self.batches.path;
+        let first = self.batches.row - batch.num_rows() as u64;
         let expected = T::schema();
         if batch.num_columns() < expected.fields().len() {
             // An older file (see `open_table`): the added columns read as nulls.
@@ -228,16 +249,26 @@ impl<T: Table> TableReader<T> {
             for f in &expected.fields()[columns.len()..] {
                 columns.push(arrow_array::new_null_array(f.data_type(), batch.num_rows()));
             }
-            batch = arrow_array::RecordBatch::try_new(expected, columns).map_err(corrupt)?;
+            batch = arrow_array::RecordBatch::try_new(expected, columns)
+                .map_err(|e| corrupt_batch(path, &e))?;
         }
         let rows = T::from_batch(&batch).map_err(|e| Error::BadValue {
-            path: self.path.clone(),
+            path: path.clone(),
             column: e.column,
-            row: self.row + e.row as u64,
+            row: first + e.row as u64,
             message: e.message,
-        })?;
-        self.row += batch.num_rows() as u64;
-        Ok(Some(rows))
+        });
+        self.batches.broken |= rows.is_err();
+        rows.map(Some)
+    }
+
+    /// Decodes every page of the file without building rows, and checks the rows add up
+    /// to the footer's count: damage anywhere in the data is an error naming the file.
+    /// Readers less careful with damaged bytes (polars aborts the process on a length
+    /// field that asks for 2^61 bytes) are handed only files that passed this.
+    pub fn verify(mut self) -> Result<u64> {
+        while self.batches.next_batch()?.is_some() {}
+        Ok(self.batches.row)
     }
 }
 
@@ -248,6 +279,16 @@ impl<T: Table> Iterator for TableReader<T> {
     }
 }
 
+/// A file whose decoded rows do not add up to its footer's count.
+fn rows_short(path: &Path, rows: u64, expected: i64) -> Error {
+    Error::Corrupt {
+        path: path.to_path_buf(),
+        source: parquet::errors::ParquetError::General(format!(
+            "{rows} rows decoded, the footer says {expected}"
+        )),
+    }
+}
+
 /// Reads a whole table file into memory (for tests and small files).
 pub fn read_table<T: Table>(path: &Path) -> Result<Vec<T::Row>> {
     let mut out = Vec::new();
@@ -255,4 +296,101 @@ pub fn read_table<T: Table>(path: &Path) -> Result<Vec<T::Row>> {
         out.extend(rows?);
     }
     Ok(out)
+}
+
+/// Reads chosen columns of a table file a record batch at a time, without building rows:
+/// only those columns' pages are read and decoded. The batches hold the columns asked
+/// for, in that order (a column added after the file was written reads as nulls). At the
+/// end, rows that do not add up to the footer's count are an error. Nothing panics.
+#[derive(Debug)]
+pub struct ColumnReader {
+    batches: Batches,
+    /// Per column asked for: its index in the file's batches, or its type where the file
+    /// predates it.
+    columns: Vec<std::result::Result<usize, arrow_schema::DataType>>,
+}
+
+/// Opens `columns` of a table file of `T`, checking version and schema as
+/// [`open_table`] does; a name `T` has not is an error.
+pub fn open_columns<T: Table>(path: &Path, columns: &[&str]) -> Result<ColumnReader> {
+    guarded(path, || {
+        let (builder, stamp) = checked::<T>(path)?;
+        let expected = T::schema();
+        let found = builder.schema().fields().len();
+        let mut leaves = Vec::new();
+        let mut wanted = Vec::new();
+        for name in columns {
+            let Some((i, f)) = expected.fields().find(name) else {
+                return Err(Error::SchemaMismatch {
+                    path: path.to_path_buf(),
+                    table: T::NAME,
+                    expected: describe_fields(expected.fields()),
+                    found: format!("a column `{name}` asked for"),
+                });
+            };
+            if i < found {
+                leaves.push(i);
+                wanted.push(Ok(i));
+            } else {
+                wanted.push(Err(f.data_type().clone()));
+            }
+        }
+        // The projection keeps file order: each column's place among those kept.
+        let mut kept = leaves.clone();
+        kept.sort_unstable();
+        kept.dedup();
+        let columns = wanted
+            .into_iter()
+            .map(|w| w.map(|i| kept.partition_point(|k| *k < i)))
+            .collect();
+        let mask = parquet::arrow::ProjectionMask::roots(builder.parquet_schema(), kept);
+        let inner = builder
+            .with_projection(mask)
+            .build()
+            .map_err(|source| Error::Corrupt {
+                path: path.to_path_buf(),
+                source,
+            })?;
+        Ok(ColumnReader {
+            batches: Batches::new(path, inner, stamp),
+            columns,
+        })
+    })
+}
+
+impl ColumnReader {
+    /// The file's stamp (version, table, writer, row count from the footer).
+    pub fn stamp(&self) -> &FileStamp {
+        &self.batches.stamp
+    }
+
+    /// The file, for messages.
+    pub fn path(&self) -> &Path {
+        &self.batches.path
+    }
+
+    /// The next batch: one array per column asked for, in that order; `None` at the end
+    /// (and after an error).
+    pub fn next_columns(&mut self) -> Result<Option<Vec<arrow_array::ArrayRef>>> {
+        let Some(batch) = self.batches.next_batch()? else {
+            return Ok(None);
+        };
+        let n = batch.num_rows();
+        Ok(Some(
+            self.columns
+                .iter()
+                .map(|c| match c {
+                    Ok(i) => batch.column(*i).clone(),
+                    Err(ty) => arrow_array::new_null_array(ty, n),
+                })
+                .collect(),
+        ))
+    }
+}
+
+impl Iterator for ColumnReader {
+    type Item = Result<Vec<arrow_array::ArrayRef>>;
+    fn next(&mut self) -> Option<Self::Item> {
+        self.next_columns().transpose()
+    }
 }

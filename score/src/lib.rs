@@ -15,6 +15,7 @@ pub mod numbers;
 pub mod presets;
 pub mod read;
 pub mod rules;
+pub mod stages;
 pub mod stats;
 
 pub use contract::Scoring;

@@ -67,12 +67,26 @@ pub struct Search {
 
 const HASH_BASE: u64 = 0x100_0000_01b3;
 
+/// Bits of the anchor filter (8 KiB: stays in the first-level cache).
+const FILTER_BITS: usize = 1 << 16;
+
+/// A k-gram hash's bit in the anchor filter: its high bits after a multiply that mixes
+/// every bit of it into them.
+fn filter_bit(h: u64) -> usize {
+    (h.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 48) as usize
+}
+
 /// Every maximal repetition of at least `search.min_span` characters and two cycles, one
 /// per (cycle length, stretch), ordered by start then cycle.
 pub fn repetitions(text: &[char], search: Search) -> Vec<Repetition> {
     let n = text.len();
     let min_span = search.min_span.max(2);
-    if n < min_span || search.max_cycle == 0 || search.min_cycle > search.max_cycle {
+    // A repetition spans at least two cycles of at least `min_cycle` characters.
+    if n < min_span
+        || n < search.min_cycle.saturating_mul(2)
+        || search.max_cycle == 0
+        || search.min_cycle > search.max_cycle
+    {
         return Vec::new();
     }
     // A repetition of two cycles or more spanning min_span has a match run of at least
@@ -98,13 +112,22 @@ pub fn repetitions(text: &[char], search: Search) -> Vec<Repetition> {
     // Anchors every `stride` positions, by hash; every position then looks up the
     // anchors that share its k-gram within `max_cycle` before it.
     let mut anchors: HashMap<u64, Vec<usize>, BuildHasherDefault<Identity>> = HashMap::default();
+    // A bit per anchor hash (a few bits of it, mixed): most positions share no anchor's
+    // k-gram, and one bit test rules them out before the map is asked.
+    let mut filter = vec![0u64; FILTER_BITS / 64];
     for a in (0..hashes.len()).step_by(stride) {
         anchors.entry(hashes[a]).or_default().push(a);
+        let b = filter_bit(hashes[a]);
+        filter[b / 64] |= 1 << (b % 64);
     }
     // Per cycle length, where the last verified stretch's match run ended.
     let mut covered: HashMap<usize, usize, BuildHasherDefault<Identity>> = HashMap::default();
     let mut found = Vec::new();
     for (j, h) in hashes.iter().enumerate() {
+        let b = filter_bit(*h);
+        if filter[b / 64] & (1 << (b % 64)) == 0 {
+            continue;
+        }
         let Some(list) = anchors.get(h) else { continue };
         let from = list.partition_point(|&a| a.saturating_add(search.max_cycle) < j);
         let to = list.partition_point(|&a| a + search.min_cycle.max(1) <= j);

@@ -5,8 +5,11 @@
 use std::collections::HashMap;
 use std::path::Path;
 
-use tokentrace_schemas::layout::{CellKey, table_file};
-use tokentrace_schemas::reader::{open_table, read_table};
+use tokentrace_schemas::arrow_array::cast::AsArray;
+use tokentrace_schemas::arrow_array::types::{Int32Type, Int64Type};
+use tokentrace_schemas::arrow_array::{Array, ArrayRef, Int32Array, Int64Array, StringArray};
+use tokentrace_schemas::layout::{CellKey, Phase, table_file};
+use tokentrace_schemas::reader::{open_columns, open_table, read_table};
 use tokentrace_schemas::tables::{Chunks, Events, Gpu, Metrics, Replay, Requests};
 
 use crate::data::{EventInfo, Loaded, RequestInfo};
@@ -18,6 +21,18 @@ pub fn cell(
     dir: &Path,
     key: CellKey,
     series: &[String],
+    out: &mut Loaded,
+) -> tokentrace_schemas::Result<()> {
+    cell_with(dir, key, series, false, out)
+}
+
+/// [`cell`], and with `timelines` a decode cell's token events in time order (the HTML
+/// page's drill-down: [`Loaded::timelines`]).
+pub fn cell_with(
+    dir: &Path,
+    key: CellKey,
+    series: &[String],
+    timelines: bool,
     out: &mut Loaded,
 ) -> tokentrace_schemas::Result<()> {
     for e in read_table::<Events>(&dir.join(table_file::<Events>()))? {
@@ -55,25 +70,57 @@ pub fn cell(
     let owner: HashMap<i64, CellKey> = requests.iter().map(|r| (r.request_id, key)).collect();
     out.requests.entry(key).or_default().extend(requests);
 
-    // Block by block, in file order: memory holds one block and each request's sums,
-    // not the cell's rows.
+    // Batch by batch, in file order, only the columns the rules read: memory holds one
+    // batch and each request's sums, not the cell's rows.
     let mut f = ChunkFold::new(&owner);
-    for block in open_table::<Chunks>(&dir.join(table_file::<Chunks>()))? {
-        for c in &block? {
+    let timelines = timelines && key.phase == Phase::Decode;
+    let mut timeline = Vec::new();
+    let path = dir.join(table_file::<Chunks>());
+    let reader = open_columns::<Chunks>(&path, &CHUNK_COLUMNS)?;
+    for columns in reader {
+        let columns = columns?;
+        let c = Columns {
+            path: &path,
+            columns: &columns,
+        };
+        let (ids, arrival, delay) = (c.i64(0)?, c.i64(1)?, c.i64(2)?);
+        let (tokens, cumulative) = (c.i32(3)?, c.i32(4)?);
+        let (content, reasoning) = (c.str(5)?, c.str(6)?);
+        for (i, a) in [(0, ids), (1, arrival)] {
+            if a.null_count() > 0 {
+                return Err(c.bad(i, "no nulls (a required column)"));
+            }
+        }
+        for i in 0..ids.len() {
+            let request_id = ids.value(i);
+            let arrival_ns = arrival.value(i);
+            let t = tokens.is_valid(i).then(|| tokens.value(i));
+            if timelines
+                && let Some(t) = t.filter(|t| *t > 0)
+                && owner.contains_key(&request_id)
+            {
+                timeline.push((arrival_ns, i64::from(t)));
+            }
             let row = ChunkIn {
-                request_id: Some(c.request_id),
-                arrival_ns: Some(c.arrival_ns),
-                queue_delay_ns: c.queue_delay_ns,
-                tokens: c.tokens.map_or(0, i64::from),
-                completion_tokens: c.completion_tokens.map(i64::from),
-                in_window: fold::in_window(out, Some(&key), Some(c.arrival_ns)),
-                content: c.content.as_deref(),
-                reasoning: c.reasoning.as_deref(),
+                request_id: Some(request_id),
+                arrival_ns: Some(arrival_ns),
+                queue_delay_ns: delay.is_valid(i).then(|| delay.value(i)),
+                tokens: t.map_or(0, i64::from),
+                completion_tokens: cumulative
+                    .is_valid(i)
+                    .then(|| i64::from(cumulative.value(i))),
+                in_window: fold::in_window(out, Some(&key), Some(arrival_ns)),
+                content: content.is_valid(i).then(|| content.value(i)),
+                reasoning: reasoning.is_valid(i).then(|| reasoning.value(i)),
             };
             f.push(row, out);
         }
     }
     f.finish(out);
+    if timelines {
+        timeline.sort_unstable();
+        out.timelines.insert(key, timeline);
+    }
 
     let mut metrics = MetricFold::default();
     for block in open_table::<Metrics>(&dir.join(table_file::<Metrics>()))? {
@@ -110,4 +157,58 @@ pub fn replay(dir: &Path, key: CellKey, out: &mut Loaded) -> tokentrace_schemas:
         out.replay.insert(key, rows);
     }
     Ok(())
+}
+
+/// The `chunks` columns the rules read, in the order [`cell_with`] takes them.
+const CHUNK_COLUMNS: [&str; 7] = [
+    "request_id",
+    "arrival_ns",
+    "queue_delay_ns",
+    "tokens",
+    "completion_tokens",
+    "content",
+    "reasoning",
+];
+
+/// One batch's columns, typed, with errors that name the file and column.
+struct Columns<'a> {
+    path: &'a Path,
+    columns: &'a [ArrayRef],
+}
+
+impl Columns<'_> {
+    fn bad(&self, i: usize, what: &str) -> tokentrace_schemas::Error {
+        tokentrace_schemas::Error::BadValue {
+            path: self.path.to_path_buf(),
+            column: CHUNK_COLUMNS[i],
+            row: 0,
+            message: format!(
+                "expected {what}, found {}",
+                self.columns
+                    .get(i)
+                    .map_or("nothing".to_string(), |c| c.data_type().to_string())
+            ),
+        }
+    }
+
+    fn i64(&self, i: usize) -> tokentrace_schemas::Result<&Int64Array> {
+        self.columns
+            .get(i)
+            .and_then(|c| c.as_primitive_opt::<Int64Type>())
+            .ok_or_else(|| self.bad(i, "64-bit integers"))
+    }
+
+    fn i32(&self, i: usize) -> tokentrace_schemas::Result<&Int32Array> {
+        self.columns
+            .get(i)
+            .and_then(|c| c.as_primitive_opt::<Int32Type>())
+            .ok_or_else(|| self.bad(i, "32-bit integers"))
+    }
+
+    fn str(&self, i: usize) -> tokentrace_schemas::Result<&StringArray> {
+        self.columns
+            .get(i)
+            .and_then(|c| c.as_string_opt::<i32>())
+            .ok_or_else(|| self.bad(i, "strings"))
+    }
 }

@@ -16,7 +16,7 @@ use tokentrace_schemas::tables::{
     ChunkKind, ChunkRow, EndReason, Endpoint, EventKind, EventRow, MetricRow, MetricType,
     RequestRow, Role, canonical_labels,
 };
-use tokentrace_schemas::writer::CellWriter;
+use tokentrace_schemas::writer::{CellWriter, WriterLimits};
 
 const SYLLABLES: [&str; 48] = [
     "the", "an", "in", "re", "er", "on", "at", "en", "ed", "is", "it", "ou", "ar", "st", "ing",
@@ -117,6 +117,9 @@ pub struct DecodeSpec {
     /// The request with this index prefilled cold: nothing of its prompt was cached,
     /// and its first token comes after `cold_ttft_ns`.
     pub cold: Option<(usize, i64)>,
+    /// The writer's batch and row-group sizes (small ones split a cell's tables into
+    /// many row groups).
+    pub limits: WriterLimits,
 }
 
 impl DecodeSpec {
@@ -143,6 +146,7 @@ impl DecodeSpec {
             lag_seconds: Vec::new(),
             lag_counts: true,
             cold: None,
+            limits: WriterLimits::default(),
         }
     }
 }
@@ -363,7 +367,7 @@ pub fn write_decode_cell(run: &Path, spec: &DecodeSpec) -> Result<CellMeta> {
         }
     }
     let end_ns = slot_time.iter().copied().max().unwrap_or(0);
-    let mut w = CellWriter::create(run, spec.key)?;
+    let mut w = CellWriter::with_limits(run, spec.key, spec.limits)?;
     for (time_ns, kind) in [
         (0, EventKind::CellStart),
         (0, EventKind::WarmupStart),
@@ -697,6 +701,12 @@ pub const REFERENCE_TOKENS: [u64; 8] = [
 
 /// Writes a synthetic run the size of the reference matrix (81 cells, ~3.5 M tokens).
 pub fn write_reference_matrix(run: &Path, run_id: &str) -> Result<Manifest> {
+    write_reference_matrix_scaled(run, run_id, 1)
+}
+
+/// The reference matrix with `scale` times the output tokens in every decode cell (its
+/// windows that much longer): the scale benchmark's 10x run (bench/scale.sh).
+pub fn write_reference_matrix_scaled(run: &Path, run_id: &str, scale: u64) -> Result<Manifest> {
     std::fs::create_dir_all(run).map_err(|e| tokentrace_schemas::Error::io(run, e))?;
     let mut keys = Vec::new();
     for ctx in REFERENCE_CONTEXTS {
@@ -706,7 +716,7 @@ pub fn write_reference_matrix(run: &Path, run_id: &str) -> Result<Manifest> {
         keys.push(key);
         for (n, tokens) in REFERENCE_CONCURRENCY.iter().zip(REFERENCE_TOKENS) {
             let key = CellKey::new(Phase::Decode, ctx, *n);
-            write_decode_cell(run, &DecodeSpec::new(key, tokens))?;
+            write_decode_cell(run, &DecodeSpec::new(key, tokens * scale.max(1)))?;
             keys.push(key);
         }
     }

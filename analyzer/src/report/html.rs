@@ -303,7 +303,7 @@ fn cell_data(s: &Scoring, traces: &BTreeMap<CellKey, CellTrace>) -> String {
 }
 
 /// The scoring as one self-contained HTML page; a click on a decode cell opens its
-/// drill-down, drawn from `traces` (see [`crate::trace::traces`]; none: no drill-down).
+/// drill-down, drawn from `traces` (see [`crate::score::score_run`]; none: no drill-down).
 pub(super) fn html(s: &Scoring, traces: &BTreeMap<CellKey, CellTrace>) -> String {
     let mut o = String::new();
     let h = header(s);

@@ -1,57 +1,214 @@
-//! Scoring a run folder: its tables loaded once with polars into the plain per-cell data,
-//! then judged by the polars-free scorer (`tokentrace_score::judge`), the same code the
-//! recorder's live view uses.
+//! Scoring a run folder: cell by cell, each complete cell's tables read by the trace's
+//! own reader into the plain per-cell data, judged by the polars-free scorer
+//! (`tokentrace_score::judge`, the same code the recorder's live view runs) and dropped,
+//! so memory holds a few cells at a time, not the run. The polars load of a whole run
+//! ([`score_loaded`]) gives the same scoring, and is kept to check that it does.
 
 pub use tokentrace_score::judge::{Cell, MAX_EVIDENCE, content};
 
+use std::collections::BTreeMap;
 use std::path::Path;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
-use tokentrace_score::judge;
+use tokentrace_schemas::layout::CellKey;
+use tokentrace_score::contract::CellScore;
+use tokentrace_score::judge::{self, RunFlags};
+use tokentrace_score::presets::Preset;
+use tokentrace_score::stages::{self, Stage};
 
 use crate::contract::Scoring;
 use crate::error::Result;
 use crate::load;
 use crate::rules::RuleSet;
 use crate::run::{CellState, Run};
+use crate::trace::{self, CellTrace};
 
 /// Scores the run folder at `dir` under `rules`.
 pub fn score_dir(dir: &Path, rules: &RuleSet) -> Result<Scoring> {
-    score(&Run::open(dir)?, rules)
+    score(&Run::open_footers(dir)?, rules)
 }
 
 /// Scores an opened run under `rules`.
 pub fn score(run: &Run, rules: &RuleSet) -> Result<Scoring> {
-    score_loaded(run, rules, load::Loads::Scoring).map(|(s, _)| s)
+    score_run(run, rules, false).map(|(s, _)| s)
 }
 
-/// Scores an opened run under `rules`, and hands back what was loaded for it (the HTML
-/// page's drill-down traces are drawn from the same load, `loads` of
-/// [`load::Loads::Traces`]).
-pub fn score_loaded(
-    run: &Run,
-    rules: &RuleSet,
-    loads: load::Loads,
-) -> Result<(Scoring, load::Loaded)> {
-    let m = &run.manifest;
+/// The gauges' names `rules` read for `run`'s engine, and every series to load: the
+/// preset's and the recorder's own lag.
+fn preset(run: &Run, rules: &RuleSet) -> Result<(Preset, Vec<String>)> {
     let preset = rules
         .metrics
-        .preset(m.engine.name.as_deref())
+        .preset(run.manifest.engine.name.as_deref())
         .map_err(|message| crate::Error::Rules {
             path: rules.name.clone().into(),
             message,
         })?;
     let mut series = preset.series();
     series.push(tokentrace_schemas::protocol::CLIENT_LAG_METRIC.to_string());
-    let loaded = load::load(run, &series, loads)?;
+    Ok((preset, series))
+}
 
-    let cells: Vec<Cell> = run
-        .cells
+fn cells_seen(run: &Run) -> Vec<Cell> {
+    run.cells
         .iter()
         .map(|c| match c {
             CellState::Complete { key, .. } => Cell::Complete(*key),
             CellState::Incomplete { key, reason, .. } => Cell::Incomplete(*key, reason.clone()),
         })
-        .collect();
-    let scoring = judge::scoring(m, &cells, &loaded, rules, preset);
+        .collect()
+}
+
+/// What one cell gave: its score, the warm-up prefill cell it measures (if any), its
+/// share of the run-wide flags, and its drill-down trace when asked for.
+struct CellResult {
+    key: CellKey,
+    score: CellScore,
+    warmup: Option<(CellKey, CellScore)>,
+    flags: RunFlags,
+    trace: Option<CellTrace>,
+}
+
+/// Scores an opened run under `rules` cell by cell (see the module's doc); with
+/// `traces`, also each decode and replay cell's drill-down trace for the HTML page.
+/// Cells run on up to as many threads as the machine has cores, each holding one cell's
+/// data at a time; the result does not depend on their order.
+pub fn score_run(
+    run: &Run,
+    rules: &RuleSet,
+    traces: bool,
+) -> Result<(Scoring, BTreeMap<CellKey, CellTrace>)> {
+    let (preset, series) = preset(run, rules)?;
+    let mut cells = cells_seen(run);
+    let warmup = judge::warmup_prefills(&run.manifest, &cells);
+    let complete: Vec<(CellKey, &Path)> = run.complete_cells().map(|(k, d)| (*k, d)).collect();
+    // A cell whose pages fail to decode gives the error as its reason to be incomplete.
+    let load = |key: CellKey, dir: &Path| {
+        let mut loaded = load::Loaded::default();
+        stages::time(Stage::Load, || {
+            tokentrace_score::read::cell_with(dir, key, &series, traces, &mut loaded)
+        })
+        .map(|()| loaded)
+        .map_err(|e| e.to_string())
+    };
+    let one = |key: CellKey, dir: &Path| -> std::result::Result<CellResult, String> {
+        let loaded = load(key, dir)?;
+        let (score, warm) = stages::time(Stage::Rules, || {
+            let score = judge::score_cell(key, &loaded, rules, &preset);
+            let warm = warmup
+                .iter()
+                .find(|(_, d)| *d == key)
+                .map(|(p, d)| (*p, judge::score_warmup_prefill(*p, *d, &loaded, rules)));
+            (score, warm)
+        });
+        let trace = if traces {
+            stages::time(Stage::Render, || {
+                trace::cell_trace(&score, &loaded, &preset)
+            })
+        } else {
+            None
+        };
+        Ok(CellResult {
+            key,
+            flags: RunFlags::of(&loaded),
+            score,
+            warmup: warm,
+            trace,
+        })
+    };
+    let results = in_parallel(&complete, |(key, dir)| one(*key, dir));
+    let mut scored = BTreeMap::new();
+    let mut warm = BTreeMap::new();
+    let mut flags = RunFlags::default();
+    let mut traced = BTreeMap::new();
+    let mut damaged = false;
+    for (r, (key, _)) in results.into_iter().zip(&complete) {
+        let r = match r {
+            Ok(r) => r,
+            Err(reason) => {
+                damaged = true;
+                for c in cells.iter_mut().filter(|c| c.key() == *key) {
+                    *c = Cell::Incomplete(*key, reason.clone());
+                }
+                continue;
+            }
+        };
+        flags.merge(r.flags);
+        if let Some((k, s)) = r.warmup {
+            warm.insert(k, s);
+        }
+        if let Some(t) = r.trace {
+            traced.insert(r.key, t);
+        }
+        scored.insert(r.key, r.score);
+    }
+    if damaged {
+        // A warm-up prefill whose decode cell turned out damaged is measured by the next
+        // decode cell of its context, as if the damage had been found on opening.
+        warm.clear();
+        for (prefill, decode) in judge::warmup_prefills(&run.manifest, &cells) {
+            let Some((_, dir)) = complete.iter().find(|(k, _)| *k == decode) else {
+                continue;
+            };
+            if let Ok(loaded) = load(decode, dir) {
+                let s = stages::time(Stage::Rules, || {
+                    judge::score_warmup_prefill(prefill, decode, &loaded, rules)
+                });
+                warm.insert(prefill, s);
+            }
+        }
+    }
+    let scoring = stages::time(Stage::Rules, || {
+        judge::assemble(&run.manifest, &cells, scored, warm, flags, rules, preset)
+    });
+    Ok((scoring, traced))
+}
+
+/// `f` over `items` on up to as many threads as the machine has cores, each taking the
+/// next item when done with its last (so at most that many are in hand at once); the
+/// results in `items`' order.
+fn in_parallel<T: Sync, R: Send>(items: &[T], f: impl Fn(&T) -> R + Sync) -> Vec<R> {
+    let threads = std::thread::available_parallelism()
+        .map_or(1, usize::from)
+        .min(items.len())
+        .max(1);
+    let next = AtomicUsize::new(0);
+    let mut out: Vec<Option<R>> = (0..items.len()).map(|_| None).collect();
+    let done: Vec<Vec<(usize, R)>> = std::thread::scope(|scope| {
+        let workers: Vec<_> = (0..threads)
+            .map(|_| {
+                scope.spawn(|| {
+                    let mut mine = Vec::new();
+                    loop {
+                        let i = next.fetch_add(1, Ordering::Relaxed);
+                        let Some(item) = items.get(i) else { break };
+                        mine.push((i, f(item)));
+                    }
+                    mine
+                })
+            })
+            .collect();
+        workers
+            .into_iter()
+            .map(|w| w.join().unwrap_or_else(|p| std::panic::resume_unwind(p)))
+            .collect()
+    });
+    for (i, r) in done.into_iter().flatten() {
+        out[i] = Some(r);
+    }
+    out.into_iter().flatten().collect()
+}
+
+/// Scores an opened run under `rules` from one polars load of the whole run, and hands
+/// back what was loaded (with `loads` of [`load::Loads::Traces`], the decode cells'
+/// timelines too). Memory grows with the run: [`score_run`] is the way to score; this is
+/// the in-memory path tests hold it against.
+pub fn score_loaded(
+    run: &Run,
+    rules: &RuleSet,
+    loads: load::Loads,
+) -> Result<(Scoring, load::Loaded)> {
+    let (preset, series) = preset(run, rules)?;
+    let loaded = load::load(run, &series, loads)?;
+    let scoring = judge::scoring(&run.manifest, &cells_seen(run), &loaded, rules, preset);
     Ok((scoring, loaded))
 }

@@ -111,3 +111,121 @@ fn matrix_text_with_hints(c: &tokentrace_analyzer::contract::CellScore) -> Strin
     parts.push(ttft.trim_end_matches(" TTFT").to_string());
     parts.join("|")
 }
+
+/// The scoring cell by cell (each cell's tables read block by block, then dropped) and
+/// the scoring of the whole run loaded at once by polars, on the same run: equal
+/// figures, verdicts and drill-down traces.
+fn assert_streaming_matches_in_memory(run: &Run, what: &str) {
+    for rules in ["default", "reference"] {
+        let rules = RuleSet::load(rules).expect("built-in rules");
+        let (streamed, traces) =
+            tokentrace_analyzer::score::score_run(run, &rules, true).expect("scored cell by cell");
+        let (whole, loaded) = tokentrace_analyzer::score::score_loaded(run, &rules, Loads::Traces)
+            .expect("scored whole");
+        let json =
+            |s: &tokentrace_analyzer::Scoring| serde_json::to_string_pretty(s).expect("serializes");
+        assert_eq!(
+            json(&streamed),
+            json(&whole),
+            "{what}, rules {}",
+            rules.id()
+        );
+        assert_eq!(
+            traces,
+            tokentrace_analyzer::trace::traces_of(&whole, &loaded),
+            "{what}, rules {}",
+            rules.id()
+        );
+        let drawn = whole
+            .cells
+            .iter()
+            .any(|c| matches!(c.key().phase, Phase::Decode | Phase::Replay) && c.figures.is_some());
+        assert_eq!(
+            !traces.is_empty(),
+            drawn,
+            "{what}: traces of decode and replay cells"
+        );
+    }
+}
+
+#[test]
+fn fixture_runs_score_the_same_cell_by_cell_as_loaded_whole() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../fixtures/runs");
+    for name in ["sim-chat", "sim-completions", "sim-open"] {
+        let run = Run::open(&root.join(name)).expect("fixture run opens");
+        assert_streaming_matches_in_memory(&run, name);
+    }
+}
+
+#[test]
+fn cells_of_many_row_groups_score_the_same_cell_by_cell_as_loaded_whole() {
+    use tokentrace_schemas::layout::CellKey;
+    use tokentrace_schemas::reader::open_table;
+    use tokentrace_schemas::tables::Chunks;
+    use tokentrace_schemas::writer::WriterLimits;
+    use tokentrace_testkit::synth::{self, DecodeSpec};
+
+    let dir = tempfile::tempdir().expect("tempdir");
+    let limits = WriterLimits {
+        batch_rows: 256,
+        max_row_group_rows: 1_000,
+        ..WriterLimits::default()
+    };
+    let key = |n| CellKey::new(Phase::Decode, 4096, n);
+    let specs = [
+        DecodeSpec {
+            limits,
+            ..DecodeSpec::new(key(1), 4_000)
+        },
+        DecodeSpec {
+            limits,
+            looping: Some((1, "the same words once more, and again: ".to_string())),
+            ..DecodeSpec::new(key(4), 12_000)
+        },
+        DecodeSpec {
+            limits,
+            failing: Some(2),
+            waiting: 0.5,
+            ..DecodeSpec::new(key(8), 16_000)
+        },
+    ];
+    let prefill = CellKey::new(Phase::Prefill, 4096, 1);
+    synth::write_prefill_cell(dir.path(), prefill, 200_000_000).expect("prefill cell");
+    for s in &specs {
+        synth::write_decode_cell(dir.path(), s).expect("decode cell");
+    }
+    let mut keys = vec![prefill];
+    keys.extend(specs.iter().map(|s| s.key));
+    synth::manifest("row-groups", &keys)
+        .write(dir.path())
+        .expect("manifest");
+    // The writer caps a row group at 1,000 rows: more rows than that are several groups.
+    for s in &specs {
+        let chunks =
+            open_table::<Chunks>(&s.key.dir(dir.path()).join("chunks.parquet")).expect("chunks");
+        assert!(
+            chunks.stamp().rows > 1_500,
+            "{}: {:?}",
+            s.key,
+            chunks.stamp()
+        );
+    }
+    let run = Run::open(dir.path()).expect("opens");
+    assert_streaming_matches_in_memory(&run, "row groups");
+    let s = tokentrace_analyzer::score(&run, &RuleSet::load("default").expect("rules"))
+        .expect("scores");
+    let verdict = |n| {
+        s.cells
+            .iter()
+            .find(|c| c.key() == key(n))
+            .and_then(|c| c.verdict)
+    };
+    assert_eq!(
+        [verdict(1), verdict(4), verdict(8)],
+        [
+            Some(tokentrace_analyzer::contract::Verdict::Valid),
+            Some(tokentrace_analyzer::contract::Verdict::Looped),
+            Some(tokentrace_analyzer::contract::Verdict::Error),
+        ]
+    );
+}

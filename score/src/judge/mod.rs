@@ -53,6 +53,144 @@ pub fn scoring(
     rules: &RuleSet,
     preset: Preset,
 ) -> Scoring {
+    let mut scored = BTreeMap::new();
+    for state in cells_seen {
+        if let Cell::Complete(key) = state {
+            scored.insert(*key, score_cell(*key, loaded, rules, &preset));
+        }
+    }
+    let mut warmup = BTreeMap::new();
+    for (prefill, decode) in warmup_prefills(m, cells_seen) {
+        warmup.insert(
+            prefill,
+            score_warmup_prefill(prefill, decode, loaded, rules),
+        );
+    }
+    assemble(
+        m,
+        cells_seen,
+        scored,
+        warmup,
+        RunFlags::of(loaded),
+        rules,
+        preset,
+    )
+}
+
+/// Scores the complete cell `key` from `loaded` (which needs to hold only that cell).
+pub fn score_cell(key: CellKey, loaded: &Loaded, rules: &RuleSet, preset: &Preset) -> CellScore {
+    match key.phase {
+        Phase::Prefill => score_prefill(PrefillView::new(key, loaded), rules),
+        Phase::Decode => match DecodeView::new(key, loaded, rules, preset) {
+            Some(v) => score_decode(&v, rules),
+            None => no_window(key),
+        },
+        Phase::Burst | Phase::Rate => match DecodeView::new(key, loaded, rules, preset) {
+            Some(v) => score_open(&v, rules),
+            None => no_window(key),
+        },
+        Phase::Replay => match DecodeView::new(key, loaded, rules, preset) {
+            Some(v) => score_replay(
+                &v,
+                loaded.replay.get(&key).map_or(&[], Vec::as_slice),
+                rules,
+            ),
+            None => no_window(key),
+        },
+    }
+}
+
+/// The prefill cell `prefill` measured during decode warm-up: the first request of the
+/// decode cell `decode` (see [`warmup_prefills`]), from `loaded` (which needs to hold
+/// only that decode cell).
+pub fn score_warmup_prefill(
+    prefill: CellKey,
+    decode: CellKey,
+    loaded: &Loaded,
+    rules: &RuleSet,
+) -> CellScore {
+    score_prefill(PrefillView::first_of(prefill, decode, loaded), rules)
+}
+
+/// In a run whose prefill is measured during decode warm-up, each context's prefill cell
+/// and the decode cell whose first request measures it: the context's complete decode
+/// cell of the fewest streams. Empty for runs with prefill scouts.
+pub fn warmup_prefills(m: &Manifest, cells_seen: &[Cell]) -> Vec<(CellKey, CellKey)> {
+    if m.config.prefill_mode.unwrap_or(PrefillMode::Scout) != PrefillMode::Warmup {
+        return Vec::new();
+    }
+    let mut out = Vec::new();
+    for &context in &m.config.contexts {
+        let first = cells_seen
+            .iter()
+            .filter_map(|c| match c {
+                Cell::Complete(key) if key.phase == Phase::Decode && key.context == context => {
+                    Some(*key)
+                }
+                _ => None,
+            })
+            .min_by_key(|k| k.concurrency);
+        if let Some(decode) = first {
+            out.push((CellKey::new(Phase::Prefill, context, 1), decode));
+        }
+    }
+    out
+}
+
+/// What the run-wide facts of a scoring need from the loaded cells; cells loaded apart
+/// give theirs apart, and [`RunFlags::merge`] adds them up.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RunFlags {
+    /// Some cell has GPU telemetry.
+    pub gpu_telemetry: bool,
+    /// Some request (not a probe) finished with the server's usage …
+    pub usage: bool,
+    /// … and some such request carried `cached_tokens`.
+    pub cached_tokens: bool,
+}
+
+impl RunFlags {
+    pub fn of(loaded: &Loaded) -> RunFlags {
+        let with_usage = || {
+            loaded
+                .requests
+                .values()
+                .flatten()
+                .filter(|r| r.role != Role::Probe && r.prompt_tokens_server.is_some())
+        };
+        RunFlags {
+            gpu_telemetry: !loaded.gpu.is_empty(),
+            usage: with_usage().next().is_some(),
+            cached_tokens: with_usage().any(|r| r.cached_tokens.is_some()),
+        }
+    }
+
+    pub fn merge(&mut self, other: RunFlags) {
+        self.gpu_telemetry |= other.gpu_telemetry;
+        self.usage |= other.usage;
+        self.cached_tokens |= other.cached_tokens;
+    }
+
+    /// Requests finished with the server's usage (its prompt count) and none of them
+    /// carried `cached_tokens`.
+    fn cached_tokens_missing(&self) -> bool {
+        self.usage && !self.cached_tokens
+    }
+}
+
+/// The scoring of the run `m` describes from its complete cells' scores (`scored`, by
+/// [`score_cell`]), its warm-up prefill cells' (`warmup`, by [`score_warmup_prefill`])
+/// and the run-wide `flags`: the manifest's other cells, the KV-cache budget's evidence,
+/// the capacity across rate cells, and the run's facts.
+pub fn assemble(
+    m: &Manifest,
+    cells_seen: &[Cell],
+    mut scored: BTreeMap<CellKey, CellScore>,
+    warmup: BTreeMap<CellKey, CellScore>,
+    flags: RunFlags,
+    rules: &RuleSet,
+    preset: Preset,
+) -> Scoring {
     // Every cell the manifest lists, and any folder it does not.
     let mut cells: BTreeMap<CellKey, CellScore> = BTreeMap::new();
     for entry in &m.cells {
@@ -64,28 +202,9 @@ pub fn scoring(
     for state in cells_seen {
         match state {
             Cell::Complete(key) => {
-                let s = match key.phase {
-                    Phase::Prefill => score_prefill(PrefillView::new(*key, loaded), rules),
-                    Phase::Decode => match DecodeView::new(*key, loaded, rules, &preset) {
-                        Some(v) => score_decode(&v, rules),
-                        None => no_window(*key),
-                    },
-                    Phase::Burst | Phase::Rate => {
-                        match DecodeView::new(*key, loaded, rules, &preset) {
-                            Some(v) => score_open(&v, rules),
-                            None => no_window(*key),
-                        }
-                    }
-                    Phase::Replay => match DecodeView::new(*key, loaded, rules, &preset) {
-                        Some(v) => score_replay(
-                            &v,
-                            loaded.replay.get(key).map_or(&[], Vec::as_slice),
-                            rules,
-                        ),
-                        None => no_window(*key),
-                    },
-                };
-                cells.insert(*key, s);
+                if let Some(s) = scored.remove(key) {
+                    cells.insert(*key, s);
+                }
             }
             Cell::Incomplete(key, reason) => {
                 cells.insert(
@@ -113,24 +232,7 @@ pub fn scoring(
     // Measured during decode warm-up: each context's prefill is the first request of
     // its first complete decode cell.
     let prefill_mode = m.config.prefill_mode.unwrap_or(PrefillMode::Scout);
-    if prefill_mode == PrefillMode::Warmup {
-        for &context in &m.config.contexts {
-            let first = cells_seen
-                .iter()
-                .filter_map(|c| match c {
-                    Cell::Complete(key) if key.phase == Phase::Decode && key.context == context => {
-                        Some(*key)
-                    }
-                    _ => None,
-                })
-                .min_by_key(|k| k.concurrency);
-            if let Some(decode) = first {
-                let key = CellKey::new(Phase::Prefill, context, 1);
-                let view = PrefillView::first_of(key, decode, loaded);
-                cells.insert(key, score_prefill(view, rules));
-            }
-        }
-    }
+    cells.extend(warmup);
     let mut cells: Vec<CellScore> = cells.into_values().collect();
     let rate_capacity = capacity::judge(&mut cells, rules);
     Scoring {
@@ -158,8 +260,8 @@ pub fn scoring(
             server_metrics: m.capabilities.metrics,
             prefill_mode,
             facts: m.facts.clone(),
-            gpu_telemetry: !loaded.gpu.is_empty(),
-            cached_tokens_missing: cached_tokens_missing(loaded),
+            gpu_telemetry: flags.gpu_telemetry,
+            cached_tokens_missing: flags.cached_tokens_missing(),
             burst_requests: m.config.burst.as_ref().map(|b| b.requests),
             rate: m.config.rate.clone(),
             replay: m.config.replay.clone(),
@@ -167,18 +269,6 @@ pub fn scoring(
         cells,
         rate_capacity,
     }
-}
-
-/// Whether requests finished with the server's usage (its prompt count) and none of
-/// them carried `cached_tokens`.
-fn cached_tokens_missing(loaded: &Loaded) -> bool {
-    let mut with_usage = loaded
-        .requests
-        .values()
-        .flatten()
-        .filter(|r| r.role != Role::Probe && r.prompt_tokens_server.is_some())
-        .peekable();
-    with_usage.peek().is_some() && with_usage.all(|r| r.cached_tokens.is_none())
 }
 
 /// A cell in `state` (the scorers fill in verdict and figures of `complete` ones).

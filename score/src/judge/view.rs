@@ -356,7 +356,8 @@ fn repeats<'a>(streams: &[Stream<'a>], loaded: &'a Loaded, rules: &RuleSet) -> V
             }
         }
     }
-    texts
+    let started = std::time::Instant::now();
+    let found = texts
         .into_par_iter()
         .map(|(stream, channel, text)| {
             let chars = loops::chars(text, l.normalize_digits);
@@ -391,5 +392,7 @@ fn repeats<'a>(streams: &[Stream<'a>], loaded: &'a Loaded, rules: &RuleSet) -> V
                 found,
             }
         })
-        .collect()
+        .collect();
+    crate::stages::add(crate::stages::Stage::Loops, started);
+    found
 }
