@@ -4,7 +4,8 @@
 # and the hot-path benches. Run from the repository root: bash bench/all.sh
 # Not here, because they need a real engine, the reference tool or a GPU (each script's
 # header says how, BENCHMARKS.md gives the command beside its figures): parity.sh and
-# equal_load.sh (the reference tool), vllm_sim.sh (vLLM), gpu.sh (a GPU machine).
+# equal_load.sh (the reference tool), vllm_sim.sh (vLLM), gpu.sh (a GPU machine); and
+# long_cell.sh, the recorder on a 10-minute open-loop cell (its own 11 minutes).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 cargo build --release --quiet -p tokentrace -p tokentrace-recorder -p tokentrace-testkit --examples
@@ -26,6 +27,8 @@ echo "## recorder CPU and memory"
 bash bench/recorder.sh 1000 20s 60s
 echo "## re-scoring speed"
 bash bench/rescore.sh
+echo "## runs of any size: 1x and 10x the reference matrix, diff, catalog (issue 43)"
+bash bench/scale.sh "1 10"
 echo "## hot paths"
 cargo bench --quiet -p tokentrace-wire --bench sse_parse
 cargo bench --quiet -p tokentrace-schemas --bench chunk_writer

@@ -38,7 +38,11 @@ echo "## $(nproc) vCPU, $(free -g | awk '/Mem:/ {print $2}') GiB; tokentrace: $t
 measure() {
   local times=() peak=0 out
   for _ in $(seq "$passes"); do
-    out=$( { /usr/bin/time -f "%e %M" "$@" > /dev/null 2> /dev/null; } 2>&1 | tail -1)
+    /usr/bin/time -o "$work/time.txt" -f "%e %M" "$@" > /dev/null 2> "$work/stderr.txt" || {
+      echo "failed: $* ($(tail -1 "$work/stderr.txt"))" >&2
+      exit 1
+    }
+    out=$(tail -1 "$work/time.txt")
     times+=("${out% *}")
     local kib=${out#* }
     [ "$kib" -gt "$peak" ] && peak=$kib
