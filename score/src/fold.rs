@@ -30,8 +30,10 @@ pub struct ChunkIn<'a> {
 /// queueing delays, and per-request text, in one pass ([`ChunkFold::push`] each row,
 /// then [`ChunkFold::finish`]). Each request's rows come in stream order; requests may
 /// interleave (a table file read block by block) or, with [`ChunkFold::sorted`], come
-/// one after another (each is then filed as soon as the next begins). Either way a
-/// cell's gaps and delays are filed request by request, in request id order.
+/// one after another (each is then filed as soon as the next begins); with
+/// [`ChunkFold::counted`], each request's row count is known beforehand, and it is filed
+/// once its last row is in. Either way a cell's gaps and delays are filed request by
+/// request, in request id order, and only the requests not yet filed are held open.
 #[derive(Debug)]
 pub struct ChunkFold<'o> {
     /// Each request's cell.
@@ -40,6 +42,11 @@ pub struct ChunkFold<'o> {
     /// Rows come request after request: a request is done when another begins.
     sorted: bool,
     last: Option<i64>,
+    /// With known row counts: the rows still to come of each request, every request
+    /// with rows in id order, and the first of them not yet filed.
+    remaining: HashMap<i64, u64>,
+    order: Vec<i64>,
+    next: usize,
 }
 
 /// A request whose rows are still coming.
@@ -61,6 +68,22 @@ impl<'o> ChunkFold<'o> {
             open: BTreeMap::new(),
             sorted: false,
             last: None,
+            remaining: HashMap::new(),
+            order: Vec::new(),
+            next: 0,
+        }
+    }
+
+    /// A fold of rows in any request order whose number per request is `rows` (a first
+    /// pass over the ids): a request is filed as soon as its last row and every request
+    /// of a lower id are in, so memory holds the requests under way, not the cell's.
+    pub fn counted(owner: &'o HashMap<i64, CellKey>, rows: HashMap<i64, u64>) -> Self {
+        let mut order: Vec<i64> = rows.keys().copied().collect();
+        order.sort_unstable();
+        ChunkFold {
+            remaining: rows,
+            order,
+            ..ChunkFold::new(owner)
         }
     }
 
@@ -101,6 +124,18 @@ impl<'o> ChunkFold<'o> {
             o.last_token = at;
         }
         o.agg.add(&row);
+        if let Some(left) = self.remaining.get_mut(&id) {
+            *left = left.saturating_sub(1);
+            if *left == 0 {
+                while let Some(&first) = self.order.get(self.next) {
+                    if self.remaining.get(&first).is_some_and(|l| *l > 0) {
+                        break;
+                    }
+                    self.file(first, out);
+                    self.next += 1;
+                }
+            }
+        }
     }
 
     /// Files request `id`'s aggregates, text, gaps and delays.

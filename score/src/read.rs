@@ -71,11 +71,25 @@ pub fn cell_with(
     out.requests.entry(key).or_default().extend(requests);
 
     // Batch by batch, in file order, only the columns the rules read: memory holds one
-    // batch and each request's sums, not the cell's rows.
-    let mut f = ChunkFold::new(&owner);
+    // batch, the requests under way and each request's sums, not the cell's rows.
+    let path = dir.join(table_file::<Chunks>());
+    // A first pass over the ids alone counts each request's rows, so that the fold can
+    // file each request as its last row comes, and hold only the requests under way.
+    let mut rows: HashMap<i64, u64> = HashMap::new();
+    for columns in open_columns::<Chunks>(&path, &CHUNK_COLUMNS[..1])? {
+        let columns = columns?;
+        let c = Columns {
+            path: &path,
+            columns: &columns,
+        };
+        let ids = c.i64(0)?;
+        for id in ids.iter().flatten() {
+            *rows.entry(id).or_default() += 1;
+        }
+    }
+    let mut f = ChunkFold::counted(&owner, rows);
     let timelines = timelines && key.phase == Phase::Decode;
     let mut timeline = Vec::new();
-    let path = dir.join(table_file::<Chunks>());
     let reader = open_columns::<Chunks>(&path, &CHUNK_COLUMNS)?;
     for columns in reader {
         let columns = columns?;
