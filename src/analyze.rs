@@ -10,7 +10,7 @@ use anyhow::{Context, bail};
 use tokentrace_analyzer::contract::{Scoring, Verdict};
 use tokentrace_analyzer::report::{self, Format};
 use tokentrace_analyzer::stages::{self, Stage};
-use tokentrace_analyzer::{RuleSet, diff, score_dir};
+use tokentrace_analyzer::{RuleSet, Verify, diff, score_dir_with};
 
 /// The rule set used when none is given.
 pub const DEFAULT_RULES: &str = "default";
@@ -59,6 +59,8 @@ pub struct ReportArgs {
     #[arg(long)]
     pub out: Option<PathBuf>,
     #[command(flatten)]
+    pub verify: NoVerify,
+    #[command(flatten)]
     pub timings: Timings,
 }
 
@@ -73,7 +75,29 @@ pub struct RescoreArgs {
     #[arg(long, default_value = DEFAULT_RULES)]
     pub rules: String,
     #[command(flatten)]
+    pub verify: NoVerify,
+    #[command(flatten)]
     pub timings: Timings,
+}
+
+/// `--no-verify`: read the cells' files without checking their checksums.
+#[derive(Debug, Clone, Copy, clap::Args)]
+pub struct NoVerify {
+    /// Read each cell's files without first checking them against the size and SHA-256
+    /// its commit mark (cell.json) records: faster on a large run, but a damaged file is
+    /// read as it is. The report says the check was skipped.
+    #[arg(long)]
+    pub no_verify: bool,
+}
+
+impl NoVerify {
+    pub fn verify(self) -> Verify {
+        if self.no_verify {
+            Verify::Skip
+        } else {
+            Verify::Checksums
+        }
+    }
 }
 
 /// Arguments of `tokentrace diff`.
@@ -104,8 +128,8 @@ fn rules(spec: &str) -> anyhow::Result<RuleSet> {
     Ok(RuleSet::load(spec)?)
 }
 
-fn scored(run: &Path, rules: &RuleSet) -> anyhow::Result<Scoring> {
-    score_dir(run, rules).with_context(|| format!("cannot score {}", run.display()))
+fn scored(run: &Path, rules: &RuleSet, verify: Verify) -> anyhow::Result<Scoring> {
+    score_dir_with(run, rules, verify).with_context(|| format!("cannot score {}", run.display()))
 }
 
 /// Tells on stderr which cells could not be scored because their folder is damaged or
@@ -157,7 +181,7 @@ pub fn report(args: &ReportArgs) -> anyhow::Result<ExitCode> {
         let mut damaged = false;
         for (i, run) in args.runs.iter().enumerate() {
             let run = crate::remote::local(run)?;
-            let s = scored(run.dir(), &rules)?;
+            let s = scored(run.dir(), &rules, args.verify.verify())?;
             damaged |= report_damage(&run, &s);
             sides.push((format!("run {}", i + 1), s));
         }
@@ -175,7 +199,7 @@ pub fn report(args: &ReportArgs) -> anyhow::Result<ExitCode> {
     let run_dir = given.dir();
     let (s, text) = if args.format == Format::Html {
         // The page's drill-downs draw each cell's trace from the load the scoring used.
-        let run = tokentrace_analyzer::Run::open_footers(run_dir)
+        let run = tokentrace_analyzer::Run::open_footers_with(run_dir, args.verify.verify())
             .with_context(|| format!("cannot score {}", run_dir.display()))?;
         let (s, traces) = tokentrace_analyzer::score::score_run(&run, &rules, true)
             .with_context(|| format!("cannot score {}", run_dir.display()))?;
@@ -184,7 +208,7 @@ pub fn report(args: &ReportArgs) -> anyhow::Result<ExitCode> {
         });
         (s, text)
     } else {
-        let s = scored(run_dir, &rules)?;
+        let s = scored(run_dir, &rules, args.verify.verify())?;
         let text = stages::time(Stage::Render, || report::render(&s, args.format));
         (s, text)
     };
@@ -208,7 +232,7 @@ pub fn rescore(args: &RescoreArgs, out: &mut impl Write) -> anyhow::Result<ExitC
     for given in &args.runs {
         let local = crate::remote::local(given)?;
         let run = local.dir();
-        let s = scored(run, &rules)?;
+        let s = scored(run, &rules, args.verify.verify())?;
         damaged |= report_damage(&local, &s);
         let path = results_path(run, &rules);
         let dir = run.join("results");
@@ -244,9 +268,9 @@ pub fn rescore(args: &RescoreArgs, out: &mut impl Write) -> anyhow::Result<ExitC
 fn side(path: &Path, rules_spec: &str) -> anyhow::Result<Scoring> {
     if tokentrace_recorder::store::is_url(&path.display().to_string()) {
         let local = crate::remote::local(path)?;
-        scored(local.dir(), &rules(rules_spec)?)
+        scored(local.dir(), &rules(rules_spec)?, Verify::Checksums)
     } else if path.is_dir() {
-        scored(path, &rules(rules_spec)?)
+        scored(path, &rules(rules_spec)?, Verify::Checksums)
     } else if path.is_file() {
         Ok(diff::read_scoring(path)?)
     } else {

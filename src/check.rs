@@ -1,6 +1,7 @@
-//! `tokentrace check RUN`: proves a run folder is readable before anyone analyzes it,
-//! e.g. after copying it off the GPU box. Prints one line per cell; damaged or incomplete
-//! cells are listed with the file and reason, and make the exit code 1.
+//! `tokentrace check RUN`: proves a run folder is the one written and readable before
+//! anyone analyzes it, e.g. after copying it off the GPU box. Prints one line per cell
+//! (checksums, then every row decoded) and the run's digest; damaged or missing cells are
+//! named with the file and reason. Exit codes: 0 sound, 1 damaged, 2 not a run folder.
 
 use std::collections::BTreeSet;
 use std::io::Write;
@@ -11,7 +12,7 @@ use anyhow::Context;
 use tokentrace_schemas::column::StrEnum;
 use tokentrace_schemas::layout::list_cells;
 use tokentrace_schemas::manifest::{CellStatus, Manifest};
-use tokentrace_schemas::verify::verify_cell;
+use tokentrace_schemas::verify::{Checksums, verify_cell, verify_commit_mark};
 
 /// Arguments of `tokentrace check`.
 #[derive(Debug, clap::Args)]
@@ -30,6 +31,8 @@ pub struct CheckSummary {
     pub damaged: usize,
     /// Cells the manifest lists as complete whose folder is absent.
     pub missing: usize,
+    /// Sound cells whose commit mark records no checksums (written before them).
+    pub unverified: usize,
 }
 
 impl CheckSummary {
@@ -61,13 +64,28 @@ pub fn run(args: &CheckArgs, out: &mut impl Write) -> anyhow::Result<CheckSummar
     )?;
     let mut damaged = 0usize;
     let mut missing = 0usize;
+    let mut unverified = 0usize;
     let mut present = BTreeSet::new();
     for (key, dir) in &found {
         present.insert(*key);
-        match verify_cell(dir) {
-            Ok((_, counts)) => {
-                let counts: Vec<String> = counts.iter().map(|(n, c)| format!("{n} {c}")).collect();
-                writeln!(out, "ok      {key}: {}", counts.join(", "))?;
+        let recorded = manifest
+            .cells
+            .iter()
+            .find(|c| c.key() == *key)
+            .and_then(|c| c.cell_sha256);
+        match verify_commit_mark(dir, recorded).and_then(|()| verify_cell(dir)) {
+            Ok(v) => {
+                let counts: Vec<String> =
+                    v.counts.iter().map(|(n, c)| format!("{n} {c}")).collect();
+                if v.checksums == Checksums::NotRecorded {
+                    unverified += 1;
+                }
+                writeln!(
+                    out,
+                    "ok      {key}: {} · {}",
+                    counts.join(", "),
+                    v.checksums.label()
+                )?;
             }
             Err(e) => {
                 damaged += 1;
@@ -98,18 +116,53 @@ pub fn run(args: &CheckArgs, out: &mut impl Write) -> anyhow::Result<CheckSummar
             )?;
         }
     }
+    if !digest_line(&manifest, out)? {
+        damaged += 1;
+    }
     let summary = CheckSummary {
         cells: found.len(),
         damaged,
         missing,
+        unverified,
+    };
+    let unverified = if summary.unverified > 0 {
+        format!(
+            "; {} not verified (written before checksums)",
+            summary.unverified
+        )
+    } else {
+        String::new()
     };
     writeln!(
         out,
-        "{} cell folders: {} sound, {} damaged; {} missing",
+        "{} cell folders: {} sound, {} damaged; {} missing{unverified}",
         summary.cells,
-        summary.cells - summary.damaged,
+        summary.cells.saturating_sub(summary.damaged),
         summary.damaged,
         summary.missing
     )?;
     Ok(summary)
+}
+
+/// Prints the run's digest (the one line to compare with a copy's); false when the
+/// manifest records one and the cells' commit marks listed there no longer give it.
+fn digest_line(manifest: &Manifest, out: &mut impl Write) -> anyhow::Result<bool> {
+    match (manifest.cells_sha256, manifest.cells_digest()) {
+        (Some(recorded), Some(listed)) if recorded == listed => {
+            writeln!(out, "run digest sha256:{recorded}")?;
+            Ok(true)
+        }
+        (Some(recorded), listed) => {
+            writeln!(
+                out,
+                "BAD     run digest: manifest.json records sha256:{recorded}, its cell list gives {}: the manifest was edited",
+                listed.map_or("none".to_string(), |l| format!("sha256:{l}"))
+            )?;
+            Ok(false)
+        }
+        (None, _) => {
+            writeln!(out, "run digest: none (written before checksums)")?;
+            Ok(true)
+        }
+    }
 }

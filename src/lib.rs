@@ -24,8 +24,10 @@ pub struct Cli {
 /// What to do.
 #[derive(Debug, Subcommand)]
 pub enum Command {
-    /// Verify a run folder: manifest, every cell's commit mark, every row of every table
-    /// and every raw frame. Exits 1 when any cell is incomplete or damaged.
+    /// Verify a run folder: manifest, every cell's commit mark, each file's size and
+    /// SHA-256, every row of every table and every raw frame, and the run's digest. Exits
+    /// 0 when sound (cells written before checksums say "not verified"), 1 when any cell
+    /// is incomplete, damaged or missing, 2 when the folder is not a readable run.
     Check(check::CheckArgs),
     /// Record a context × concurrency matrix (the built-in simulator when no --target is
     /// given), then verify the run folder. Exits 0 when every cell is complete, 1 when a
@@ -78,7 +80,14 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             let local = check::CheckArgs {
                 run: run.dir().to_path_buf(),
             };
-            Ok(check::run(&local, &mut std::io::stdout().lock())?.exit_code())
+            // Exit 2: not a run folder (no manifest, or one that does not decode).
+            match check::run(&local, &mut std::io::stdout().lock()) {
+                Ok(summary) => Ok(summary.exit_code()),
+                Err(e) => {
+                    eprintln!("tokentrace: {}: {e:#}", args.run.display());
+                    Ok(ExitCode::from(2))
+                }
+            }
         }
         Command::Sim(args) => sim::run(&args).map(|()| ExitCode::SUCCESS),
         Command::Catalog(args) => args

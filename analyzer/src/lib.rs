@@ -26,5 +26,5 @@ pub use tokentrace_score::{contract, figures, loops, numbers, presets, rules, st
 pub use contract::Scoring;
 pub use error::{Error, Result};
 pub use rules::RuleSet;
-pub use run::{CellState, Run};
-pub use score::{score, score_dir};
+pub use run::{CellState, Run, Verify};
+pub use score::{score, score_dir, score_dir_with};

@@ -8,10 +8,12 @@ use std::path::{Path, PathBuf};
 use polars::prelude::*;
 use rayon::prelude::*;
 use tokentrace_schemas::column::StrEnum;
+use tokentrace_schemas::digest::Sha256;
 use tokentrace_schemas::layout::{CELLS_DIR, list_cells};
 use tokentrace_schemas::manifest::{CellMeta, Manifest};
 use tokentrace_schemas::reader::open_table;
 use tokentrace_schemas::tables::{Chunks, Events, Metrics, Requests, TABLE_NAMES};
+use tokentrace_schemas::verify::{verify_commit_mark, verify_files};
 use tokentrace_schemas::{CellKey, Table};
 
 use tokentrace_score::stages::{self, Stage};
@@ -43,6 +45,16 @@ impl CellState {
     }
 }
 
+/// Whether opening a run checks each committed file against the size and SHA-256 its
+/// cell's commit mark records (cells written before checksums: sizes only).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verify {
+    /// Check them: a file that differs makes its cell incomplete, with the file named.
+    Checksums,
+    /// Read the files as they are (`--no-verify`); the scoring says so.
+    Skip,
+}
+
 /// A run folder, opened.
 #[derive(Debug, Clone)]
 pub struct Run {
@@ -50,10 +62,24 @@ pub struct Run {
     pub manifest: Manifest,
     /// Every cell folder under `cells/`, sorted by key.
     pub cells: Vec<CellState>,
+    /// Whether the cells' files were checked against their checksums.
+    pub verify: Verify,
 }
 
-fn check_cell(dir: &Path, pages: bool) -> tokentrace_schemas::Result<CellMeta> {
+fn check_cell(
+    dir: &Path,
+    pages: bool,
+    verify: Option<Option<Sha256>>,
+) -> tokentrace_schemas::Result<CellMeta> {
+    // The commit mark against the manifest's checksum of it, then the files against
+    // the commit mark's.
+    if let Some(recorded) = verify {
+        stages::time(Stage::Verify, || verify_commit_mark(dir, recorded))?;
+    }
     let meta = stages::time(Stage::Open, || CellMeta::read_complete(dir))?;
+    if verify.is_some() {
+        stages::time(Stage::Verify, || verify_files(dir, &meta))?;
+    }
     if !pages {
         fn footer<T: Table>(dir: &Path, file: &str) -> tokentrace_schemas::Result<()> {
             stages::time(Stage::Open, || open_table::<T>(&dir.join(file))).map(drop)
@@ -83,38 +109,51 @@ impl Run {
     /// tables decoded (for polars, which must only see files that decode). A bad cell
     /// does not fail the run; it is listed as incomplete with the error that explains it.
     pub fn open(dir: &Path) -> Result<Run> {
-        Run::open_checking(dir, true)
+        Run::open_checking(dir, true, Verify::Checksums)
     }
 
     /// Opens `dir` as [`Run::open`] does, but checks only each table's footer (version,
     /// table, columns): for the trace's own reader, which checks every page as it reads
     /// it ([`crate::score::score_run`] lists a cell whose pages fail as incomplete).
     pub fn open_footers(dir: &Path) -> Result<Run> {
-        Run::open_checking(dir, false)
+        Run::open_checking(dir, false, Verify::Checksums)
     }
 
-    fn open_checking(dir: &Path, pages: bool) -> Result<Run> {
+    /// Opens `dir` as [`Run::open_footers`] does, checking the cells' checksums or not.
+    pub fn open_footers_with(dir: &Path, verify: Verify) -> Result<Run> {
+        Run::open_checking(dir, false, verify)
+    }
+
+    fn open_checking(dir: &Path, pages: bool, verify: Verify) -> Result<Run> {
         let manifest = stages::time(Stage::Open, || Manifest::read(dir))?;
         // Each cell's pages are decoded to check them: cells in parallel, in order.
         let cells = list_cells(dir)?
             .into_par_iter()
-            .map(|(key, cell_dir)| match check_cell(&cell_dir, pages) {
-                Ok(meta) => CellState::Complete {
-                    key,
-                    dir: cell_dir,
-                    meta,
-                },
-                Err(e) => CellState::Incomplete {
-                    key,
-                    dir: cell_dir,
-                    reason: e.to_string(),
-                },
+            .map(|(key, cell_dir)| {
+                // Verify: the manifest's checksum of the cell's commit mark, if any.
+                let recorded = (verify == Verify::Checksums).then(|| {
+                    let entry = manifest.cells.iter().find(|c| c.key() == key);
+                    entry.and_then(|c| c.cell_sha256)
+                });
+                match check_cell(&cell_dir, pages, recorded) {
+                    Ok(meta) => CellState::Complete {
+                        key,
+                        dir: cell_dir,
+                        meta,
+                    },
+                    Err(e) => CellState::Incomplete {
+                        key,
+                        dir: cell_dir,
+                        reason: e.to_string(),
+                    },
+                }
             })
             .collect();
         Ok(Run {
             dir: dir.to_path_buf(),
             manifest,
             cells,
+            verify,
         })
     }
 

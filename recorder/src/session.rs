@@ -505,12 +505,19 @@ async fn prepare_folder(
         && !manifest_path.exists()
         && store.has_run().await?
     {
-        let n = store.download_run(&opts.out).await?;
+        let pulled = store.download_run_verified(&opts.out).await?;
         progress(Progress::Line(format!(
-            "resuming {}: {n} complete cells downloaded into {}",
+            "resuming {}: {} complete cells downloaded into {}",
             store.url(),
+            pulled.cells,
             opts.out.display()
         )));
+        for (key, reason) in &pulled.refused {
+            progress(Progress::Line(format!(
+                "resuming {}: cell {key} in the store does not verify, un-committed there and recorded again: {reason}",
+                store.url()
+            )));
+        }
     }
     // A resumed folder without a manifest was stopped before anything was recorded in
     // it: the run starts afresh there.
@@ -705,6 +712,7 @@ fn new_manifest(
             workload,
         ),
         reparsed: None,
+        cells_sha256: None,
     }
 }
 

@@ -16,6 +16,9 @@ use tokio::io::AsyncWriteExt;
 /// Bytes read from a file per upload part (object stores take parts of 5 MiB or more).
 const PART_BYTES: usize = 8 * 1024 * 1024;
 
+/// The `object_store` setting that makes every S3 upload carry a checksum.
+const CHECKSUM_SETTING: &str = "aws_checksum_algorithm";
+
 /// Why an object-store operation failed: what, where, and the store's own words.
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
@@ -89,9 +92,16 @@ impl RunStore {
             ));
         }
         let parsed = reqwest::Url::parse(url).map_err(|e| bad(e.to_string()))?;
-        let settings = settings
+        let mut settings: Vec<(String, String)> = settings
             .into_iter()
-            .map(|(k, v)| (k.to_ascii_lowercase(), v));
+            .map(|(k, v)| (k.to_ascii_lowercase(), v))
+            .collect();
+        // Every upload to S3 carries its SHA-256 (x-amz-checksum-sha256), which the store
+        // checks against the bytes it received and keeps with the object: the digest a
+        // cell's commit mark records (FORMAT.md, "Checksums").
+        if parsed.scheme() == "s3" && !settings.iter().any(|(k, _)| k == CHECKSUM_SETTING) {
+            settings.push((CHECKSUM_SETTING.to_string(), "sha256".to_string()));
+        }
         let (store, root) =
             object_store::parse_url_opts(&parsed, settings).map_err(|e| bad(e.to_string()))?;
         Ok(RunStore {
@@ -294,13 +304,31 @@ impl RunStore {
         self.pull(dest).await
     }
 
+    /// Downloads the run into `dest` as [`RunStore::download_run`] does, but trusts no
+    /// cell it has not verified: each is checked in its staging folder (every file
+    /// against the size and SHA-256 its commit mark records, every row decoded) before
+    /// it is put in place; one that fails stays out, with the reason, and its commit
+    /// mark is deleted from the store, so a resumed run records it again and uploads it.
+    pub async fn download_run_verified(&self, dest: &Path) -> Result<Pulled, StoreError> {
+        if !self.has_run().await? {
+            return Err(StoreError::NoRun {
+                url: self.url.clone(),
+            });
+        }
+        self.pull_checked(dest, true).await
+    }
+
     /// Brings the local copy `dest` up to date: the cells committed in the store since
     /// (those `dest` lacks a commit mark of), then the manifest (`tokentrace watch`
     /// follows a run this way). Returns the cells downloaded.
     pub async fn pull(&self, dest: &Path) -> Result<usize, StoreError> {
+        self.pull_checked(dest, false).await.map(|p| p.cells)
+    }
+
+    async fn pull_checked(&self, dest: &Path, verify: bool) -> Result<Pulled, StoreError> {
         tokio::fs::create_dir_all(dest).await.map_err(io(dest))?;
         let cells = self.complete_cells().await?;
-        let mut pulled = 0;
+        let mut pulled = Pulled::default();
         for key in &cells {
             if key.dir(dest).join(CELL_FILE).exists() {
                 continue;
@@ -322,6 +350,23 @@ impl RunStore {
                 self.get_file(&format!("{rel_dir}/{name}"), &staging.join(name))
                     .await?;
             }
+            if verify && let Err(reason) = verified(&staging).await {
+                let _ = tokio::fs::remove_dir_all(&staging).await;
+                // Its commit mark leaves the store too: no reader trusts the cell there,
+                // and the recording that replaces it is uploaded whole (`sync` sends
+                // the cells the store lacks).
+                let mark = self.key(&format!("{rel_dir}/{CELL_FILE}"));
+                self.store
+                    .delete(&mark)
+                    .await
+                    .map_err(|source| StoreError::Store {
+                        what: "un-commit",
+                        key: mark.to_string(),
+                        source,
+                    })?;
+                pulled.refused.push((*key, reason));
+                continue;
+            }
             let target = key.dir(dest);
             if let Some(parent) = target.parent() {
                 tokio::fs::create_dir_all(parent)
@@ -332,7 +377,7 @@ impl RunStore {
             tokio::fs::rename(&staging, &target)
                 .await
                 .map_err(io(&target))?;
-            pulled += 1;
+            pulled.cells += 1;
         }
         // Written to a side file and renamed, so that a reader never sees half of it.
         let part = dest.join(format!("{MANIFEST_FILE}.part"));
@@ -360,6 +405,27 @@ impl RunStore {
         }
         self.upload_manifest(run).await?;
         Ok(sent)
+    }
+}
+
+/// What a pull brought down.
+#[derive(Debug, Default)]
+pub struct Pulled {
+    /// Cells downloaded and put in place.
+    pub cells: usize,
+    /// Cells downloaded but not trusted, each with the reason (the file and what
+    /// differs): left out of the folder.
+    pub refused: Vec<(CellKey, String)>,
+}
+
+/// Verifies the downloaded cell in `dir` completely (off the runtime's threads); the
+/// error's text when it fails.
+async fn verified(dir: &Path) -> Result<(), String> {
+    let dir = dir.to_path_buf();
+    match tokio::task::spawn_blocking(move || tokentrace_schemas::verify::verify_cell(&dir)).await {
+        Ok(Ok(_)) => Ok(()),
+        Ok(Err(e)) => Err(e.to_string()),
+        Err(e) => Err(format!("verification did not finish: {e}")),
     }
 }
 

@@ -88,6 +88,10 @@ pub enum Error {
     /// A committed cell already exists where a new one was to be committed.
     #[error("{path}: cell already committed; remove it to record it again")]
     CellExists { path: PathBuf },
+    /// A committed file that is not as its cell's commit mark records it: absent,
+    /// another size, or another checksum.
+    #[error("{path}: damaged: {reason}")]
+    Damaged { path: PathBuf, reason: String },
     /// A cell folder has no valid commit mark.
     #[error("{path}: cell is incomplete ({reason})")]
     Incomplete { path: PathBuf, reason: String },

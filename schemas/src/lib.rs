@@ -9,6 +9,7 @@
 pub mod build;
 pub mod clock;
 pub mod column;
+pub mod digest;
 pub mod error;
 pub mod fsutil;
 pub mod layout;

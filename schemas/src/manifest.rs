@@ -8,6 +8,7 @@ use std::path::Path;
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
+use crate::digest::Sha256;
 use crate::error::{Error, Result};
 use crate::layout::{CellKey, Phase, Rate};
 use crate::str_enum;
@@ -361,6 +362,11 @@ pub struct CellEntry {
     pub replay: Option<u32>,
     pub status: CellStatus,
     pub reason: Option<String>,
+    /// SHA-256 of the committed cell's `cell.json`, filled in from the folder each time
+    /// the manifest is written ([`Manifest::write`]); absent for other cells and in runs
+    /// written before checksums.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cell_sha256: Option<Sha256>,
 }
 
 impl CellEntry {
@@ -384,6 +390,7 @@ impl CellEntry {
             replay: key.replay,
             status: CellStatus::Planned,
             reason: None,
+            cell_sha256: None,
         }
     }
 }
@@ -415,6 +422,11 @@ pub struct Manifest {
     /// folder's raw capture (`tokentrace reparse`); absent in a recording.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reparsed: Option<Reparsed>,
+    /// The run's digest: [`crate::digest::cells_digest`] over the committed cells'
+    /// `cell_sha256`, so a copy is compared with the original by one line. Filled in by
+    /// [`Manifest::write`]; absent in runs written before checksums.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cells_sha256: Option<Sha256>,
 }
 
 /// One fact about the host, its GPUs or the engine, and where it came from (FORMAT.md
@@ -466,13 +478,17 @@ pub struct Reparsed {
     pub tool: ToolInfo,
 }
 
-/// Size of one file of a committed cell.
+/// Size and checksum of one file of a committed cell.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct FileStat {
     /// Rows (tables) or frames (raw capture).
     pub rows: u64,
     pub bytes: u64,
+    /// SHA-256 of the file's bytes as committed; absent in cells written before
+    /// checksums.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sha256: Option<Sha256>,
 }
 
 /// `cell.json`: the commit mark of a cell, written last.
@@ -587,15 +603,42 @@ impl Manifest {
     }
 
     /// Writes `run/manifest.json` atomically, with the version its cells need
-    /// ([`json_version`]).
+    /// ([`json_version`]) and the checksums of its committed cells' `cell.json` as they
+    /// are in `run` now ([`Manifest::sealed`]).
     pub fn write(&self, run: &Path) -> Result<()> {
-        let version = json_version(self.cells.iter().map(|c| c.phase));
-        if version == self.schema_version {
-            return write_json(&run.join(crate::layout::MANIFEST_FILE), self);
+        let mut sealed = self.sealed(run)?;
+        sealed.schema_version = json_version(self.cells.iter().map(|c| c.phase));
+        write_json(&run.join(crate::layout::MANIFEST_FILE), &sealed)
+    }
+
+    /// This manifest with each complete cell's `cell_sha256` read from its `cell.json`
+    /// in `run` (none where the folder has none), and the run's `cells_sha256` over them.
+    pub fn sealed(&self, run: &Path) -> Result<Manifest> {
+        let mut sealed = self.clone();
+        for entry in &mut sealed.cells {
+            let path = entry.key().dir(run).join(crate::layout::CELL_FILE);
+            entry.cell_sha256 = if entry.status == CellStatus::Complete && path.is_file() {
+                Some(Sha256::of_file(&path)?)
+            } else {
+                None
+            };
         }
-        let mut versioned = self.clone();
-        versioned.schema_version = version;
-        write_json(&run.join(crate::layout::MANIFEST_FILE), &versioned)
+        sealed.cells_sha256 = sealed.cells_digest();
+        Ok(sealed)
+    }
+
+    /// The run's digest over the committed cells' `cell_sha256` as listed (see
+    /// [`crate::digest::cells_digest`]); `None` when no cell has one.
+    pub fn cells_digest(&self) -> Option<Sha256> {
+        let cells: Vec<(String, &Sha256)> = self
+            .cells
+            .iter()
+            .filter_map(|c| {
+                let sha = c.cell_sha256.as_ref()?;
+                Some((c.key().partition_path().display().to_string(), sha))
+            })
+            .collect();
+        (!cells.is_empty()).then(|| crate::digest::cells_digest(cells))
     }
 }
 

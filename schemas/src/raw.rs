@@ -9,6 +9,7 @@ use std::io::{BufReader, BufWriter, Read, Write};
 use std::path::{Path, PathBuf};
 
 use crate::SCHEMA_VERSION;
+use crate::digest::Sha256;
 use crate::error::{Error, Result};
 use crate::manifest::FileStat;
 
@@ -99,6 +100,7 @@ impl RawWriter {
         Ok(FileStat {
             rows: self.frames,
             bytes,
+            sha256: Some(Sha256::of_file(&path)?),
         })
     }
 }

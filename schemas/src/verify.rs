@@ -1,9 +1,11 @@
-//! Full verification of a committed cell: decodes every row of every table and every
-//! frame of the raw capture (a batch at a time, bounded memory) and checks the counts
-//! against the commit mark. Slower than opening footers; meant for `tokentrace check`.
+//! Verification of a committed cell against its commit mark: each file's size and
+//! SHA-256 ([`verify_files`], what `report` does before reading), then every row of every
+//! table and every frame of the raw capture decoded and counted ([`verify_cell`], what
+//! `tokentrace check` does; a batch at a time, bounded memory).
 
 use std::path::Path;
 
+use crate::digest::Sha256;
 use crate::error::{Error, Result};
 use crate::layout::{RAW_FILE, table_file};
 use crate::manifest::{CellMeta, FileStat};
@@ -11,6 +13,116 @@ use crate::raw::RawReader;
 use crate::reader::open_table;
 use crate::table::Table;
 use crate::tables::{Chunks, Events, Gpu, Metrics, Replay, Requests};
+
+/// What a cell's checksums proved.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Checksums {
+    /// Every file the commit mark lists has its recorded size and SHA-256.
+    Verified,
+    /// Sizes match, but the commit mark records no checksums: the cell was written
+    /// before them (or by a writer that did not hash).
+    NotRecorded,
+}
+
+impl Checksums {
+    /// As `check` prints it.
+    pub fn label(self) -> &'static str {
+        match self {
+            Checksums::Verified => "checksums verified",
+            Checksums::NotRecorded => "not verified: written before checksums",
+        }
+    }
+}
+
+/// The files every committed cell holds (the optional tables are checked where listed).
+fn required_files() -> [String; 5] {
+    [
+        table_file::<Requests>(),
+        table_file::<Chunks>(),
+        table_file::<Metrics>(),
+        table_file::<Events>(),
+        RAW_FILE.to_string(),
+    ]
+}
+
+/// Checks every file `meta` lists in `dir`: present, of the recorded size, and of the
+/// recorded SHA-256 where one is recorded. The first file that differs is the error,
+/// named with its path; sizes are checked before any file is hashed, so a truncated
+/// copy is named without reading the rest.
+pub fn verify_files(dir: &Path, meta: &CellMeta) -> Result<Checksums> {
+    for name in required_files() {
+        if !meta.files.contains_key(&name) {
+            return Err(Error::Damaged {
+                path: dir.join(crate::layout::CELL_FILE),
+                reason: format!("the commit mark does not list {name}"),
+            });
+        }
+    }
+    for (name, stat) in &meta.files {
+        let path = dir.join(name);
+        let size = match std::fs::metadata(&path) {
+            Ok(m) => m.len(),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                return Err(Error::Damaged {
+                    path,
+                    reason: "cell.json lists it, but the file is absent".to_string(),
+                });
+            }
+            Err(e) => return Err(Error::io(&path, e)),
+        };
+        if size != stat.bytes {
+            return Err(Error::Damaged {
+                path,
+                reason: format!(
+                    "{size} bytes, cell.json records {}: truncated or replaced",
+                    stat.bytes
+                ),
+            });
+        }
+    }
+    let mut all = true;
+    for (name, stat) in &meta.files {
+        let Some(recorded) = stat.sha256 else {
+            all = false;
+            continue;
+        };
+        let path = dir.join(name);
+        let found = Sha256::of_file(&path)?;
+        if found != recorded {
+            return Err(Error::Damaged {
+                path,
+                reason: format!(
+                    "SHA-256 {found}, cell.json records {recorded}: changed after it was committed"
+                ),
+            });
+        }
+    }
+    Ok(if all {
+        Checksums::Verified
+    } else {
+        Checksums::NotRecorded
+    })
+}
+
+/// Checks that the cell's `cell.json` in `dir` is the one the manifest recorded
+/// (`recorded`, its `cell_sha256`; nothing to check without one): a commit mark edited
+/// or swapped after the run was written is named here.
+pub fn verify_commit_mark(dir: &Path, recorded: Option<Sha256>) -> Result<()> {
+    let Some(recorded) = recorded else {
+        return Ok(());
+    };
+    let path = dir.join(crate::layout::CELL_FILE);
+    let found = Sha256::of_file(&path)?;
+    if found != recorded {
+        return Err(Error::Damaged {
+            path,
+            reason: format!(
+                "SHA-256 {found}, manifest.json records {recorded}: the commit mark changed after the run was written"
+            ),
+        });
+    }
+    Ok(())
+}
 
 fn count_rows<T: Table>(dir: &Path) -> Result<u64> {
     let mut n = 0u64;
@@ -22,21 +134,16 @@ fn count_rows<T: Table>(dir: &Path) -> Result<u64> {
 
 fn expect_count(dir: &Path, meta: &CellMeta, name: &str, found: u64) -> Result<()> {
     let path = dir.join(name);
-    let Some(FileStat { rows, bytes }) = meta.files.get(name).copied() else {
-        return Err(Error::Incomplete {
-            path: dir.to_path_buf(),
-            reason: format!("cell.json does not list {name}"),
+    let Some(FileStat { rows, .. }) = meta.files.get(name).copied() else {
+        return Err(Error::Damaged {
+            path: dir.join(crate::layout::CELL_FILE),
+            reason: format!("the commit mark does not list {name}"),
         });
     };
-    let size = std::fs::metadata(&path)
-        .map_err(|e| Error::io(&path, e))?
-        .len();
-    if size != bytes || found != rows {
-        return Err(Error::Incomplete {
-            path: path.clone(),
-            reason: format!(
-                "cell.json records {rows} rows in {bytes} bytes, the file has {found} rows in {size} bytes"
-            ),
+    if found != rows {
+        return Err(Error::Damaged {
+            path,
+            reason: format!("{found} rows, cell.json records {rows}"),
         });
     }
     Ok(())
@@ -45,9 +152,20 @@ fn expect_count(dir: &Path, meta: &CellMeta, name: &str, found: u64) -> Result<(
 /// Rows (or frames) per file of a verified cell, in file-name order.
 pub type CellCounts = Vec<(String, u64)>;
 
-/// Verifies the cell in `dir` completely; returns its commit mark and per-file counts.
-pub fn verify_cell(dir: &Path) -> Result<(CellMeta, CellCounts)> {
+/// A cell verified completely: its commit mark, its files' counts and what its
+/// checksums proved.
+#[derive(Debug, Clone)]
+pub struct Verified {
+    pub meta: CellMeta,
+    pub counts: CellCounts,
+    pub checksums: Checksums,
+}
+
+/// Verifies the cell in `dir` completely: the files against the commit mark
+/// ([`verify_files`]), then every row and frame decoded and counted.
+pub fn verify_cell(dir: &Path) -> Result<Verified> {
     let meta = CellMeta::read_complete(dir)?;
+    let checksums = verify_files(dir, &meta)?;
     let mut counts = vec![
         (table_file::<Requests>(), count_rows::<Requests>(dir)?),
         (table_file::<Chunks>(), count_rows::<Chunks>(dir)?),
@@ -73,5 +191,9 @@ pub fn verify_cell(dir: &Path) -> Result<(CellMeta, CellCounts)> {
         expect_count(dir, &meta, name, *n)?;
     }
     counts.sort();
-    Ok((meta, counts))
+    Ok(Verified {
+        meta,
+        counts,
+        checksums,
+    })
 }

@@ -14,6 +14,7 @@ use parquet::file::metadata::KeyValue;
 use parquet::file::properties::WriterProperties;
 use parquet::schema::types::ColumnPath;
 
+use crate::digest::Sha256;
 use crate::error::{Error, Result};
 use crate::layout::{CELL_FILE, CellKey, RAW_FILE, table_file};
 use crate::manifest::{CellMeta, FileStat, write_json};
@@ -200,6 +201,7 @@ impl<T: Table> TableWriter<T> {
         Ok(FileStat {
             rows: self.rows,
             bytes,
+            sha256: Some(Sha256::of_file(&path)?),
         })
     }
 }

@@ -96,6 +96,10 @@ pub struct RunInfo {
     /// only when true.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub cached_tokens_missing: bool,
+    /// The cells' files were read without checking them against the checksums their
+    /// commit marks record (`--no-verify`). Written only when true.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub checksums_skipped: bool,
     /// Measured requests per burst cell (runs with burst cells).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub burst_requests: Option<u32>,

@@ -574,6 +574,7 @@ pub fn manifest(run_id: &str, cells: &[CellKey]) -> Manifest {
             })
             .collect(),
         reparsed: None,
+        cells_sha256: None,
     }
 }
 

@@ -53,7 +53,8 @@ fn damage_is_named_and_fails() {
         check::CheckSummary {
             cells: 1,
             damaged: 1,
-            missing: 1
+            missing: 1,
+            unverified: 0,
         },
         "{out}"
     );
@@ -74,13 +75,13 @@ fn damage_is_named_and_fails() {
 }
 
 #[test]
-fn missing_manifest_is_an_error_naming_it() {
+fn missing_manifest_is_an_error_naming_it_exit_2() {
     let dir = tempfile::tempdir().expect("tempdir");
     let out = Command::new(env!("CARGO_BIN_EXE_tokentrace"))
         .args(["check", dir.path().to_str().expect("utf-8")])
         .output()
         .expect("spawn");
-    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(out.status.code(), Some(2));
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("manifest.json"), "{stderr}");
     assert!(out.stdout.is_empty());

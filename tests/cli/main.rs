@@ -11,6 +11,9 @@
 //!   cells unchanged, and `--resume` finishes once the disk is repaired;
 //! - `gpu`: GPU telemetry from a simulated box behind the NVML trait gives power and
 //!   tokens-per-joule figures; without NVML the report says so; found facts reach the report;
+//! - `integrity`: a flipped byte in each kind of committed file, a truncated, a dropped
+//!   and two swapped files named by `check` and refused by `report`, the other cells
+//!   scored as before; older runs read unverified; `--no-verify`; the run's digest;
 //! - `inputs`: bad command lines exit 2 before anything is written; an all-skipped run is a valid folder;
 //! - `llamacpp`: a real llama.cpp server recorded over both endpoints and analyzed;
 //! - `misbehave`: slow, huge and garbage `/metrics`, and a server that dies mid-cell and
@@ -43,6 +46,7 @@ mod check;
 mod disk;
 mod gpu;
 mod inputs;
+mod integrity;
 mod llamacpp;
 mod misbehave;
 mod record;

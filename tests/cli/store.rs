@@ -1,6 +1,8 @@
 //! Runs streamed to a real S3-compatible server (PyPI's `moto`, started here; installed
 //! by fixtures/s3/install.sh, which CI runs): record with `--upload`, kill -9 the
-//! recorder mid-run, resume from the bucket on a fresh folder, then `check` and
+//! recorder mid-run, damage one cell's file in the bucket, resume from the bucket on a
+//! fresh folder (the damaged cell is not trusted: un-committed there and recorded
+//! again), then `check` and
 //! `report` the bucket's run by its URL: the report is byte-identical to the local
 //! copy's, and the credentials reach no file and no output. Needs moto: `#[ignore]`d,
 //! reported by `cargo test` as ignored with that reason, and run by `cargo test --
@@ -118,8 +120,9 @@ fn complete_local(run: &Path) -> usize {
 fn ok(out: &Output, what: &str) -> String {
     assert!(
         out.status.success(),
-        "{what}: {}\n{}",
+        "{what}: {}\n{}{}",
         out.status,
+        String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     );
     String::from_utf8(out.stdout.clone()).expect("utf-8")
@@ -201,6 +204,25 @@ async fn a_run_survives_its_box_through_the_bucket() {
         "{log}"
     );
 
+    // One cell's chunks are damaged in the bucket (a byte flipped, as a bad copy
+    // would): the resume must not trust it, and records it again.
+    let damaged = *in_bucket.iter().next().expect("a cell in the bucket");
+    let flipped = tmp.path().join("flipped.parquet");
+    let mut bytes = std::fs::read(damaged.dir(&first).join("chunks.parquet")).expect("chunks");
+    let at = bytes.len() / 2;
+    bytes[at] ^= 0x20;
+    std::fs::write(&flipped, &bytes).expect("write");
+    store
+        .put_file(
+            &flipped,
+            &format!(
+                "cells/{}/chunks.parquet",
+                damaged.partition_path().display()
+            ),
+        )
+        .await
+        .expect("damage the bucket's copy");
+
     // A laptop watches the bucket while box 2 starts from nothing but the bucket and
     // finishes the run.
     let watcher = tokentrace(
@@ -220,8 +242,14 @@ async fn a_run_survives_its_box_through_the_bucket() {
     assert!(
         resumed_log.contains(&format!(
             "resuming {url}: {} complete cells downloaded",
-            in_bucket.len()
+            in_bucket.len() - 1
         )),
+        "{resumed_log}"
+    );
+    assert!(
+        resumed_log.contains(&format!(
+            "cell {damaged} in the store does not verify, un-committed there and recorded again: "
+        )) && resumed_log.contains("chunks.parquet: damaged: SHA-256"),
         "{resumed_log}"
     );
     let manifest = tokentrace_schemas::manifest::Manifest::read(&second).expect("manifest");

@@ -535,6 +535,11 @@ pub(crate) fn notes(s: &Scoring) -> Vec<String> {
     if s.run.cached_tokens_missing {
         out.push(cached_tokens_note(s.run.engine.as_deref()));
     }
+    if s.run.checksums_skipped {
+        out.push(
+            "Checksums not verified (--no-verify): each cell's files were read as they are, without checking them against the SHA-256 their commit marks record.".to_string(),
+        );
+    }
     out
 }
 

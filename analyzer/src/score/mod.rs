@@ -20,12 +20,18 @@ use crate::contract::Scoring;
 use crate::error::Result;
 use crate::load;
 use crate::rules::RuleSet;
-use crate::run::{CellState, Run};
+use crate::run::{CellState, Run, Verify};
 use crate::trace::{self, CellTrace};
 
-/// Scores the run folder at `dir` under `rules`.
+/// Scores the run folder at `dir` under `rules`, its files checked against their
+/// checksums first.
 pub fn score_dir(dir: &Path, rules: &RuleSet) -> Result<Scoring> {
-    score(&Run::open_footers(dir)?, rules)
+    score_dir_with(dir, rules, Verify::Checksums)
+}
+
+/// Scores the run folder at `dir` under `rules`, checking its checksums or not.
+pub fn score_dir_with(dir: &Path, rules: &RuleSet, verify: Verify) -> Result<Scoring> {
+    score(&Run::open_footers_with(dir, verify)?, rules)
 }
 
 /// Scores an opened run under `rules`.
@@ -157,9 +163,10 @@ pub fn score_run(
             }
         }
     }
-    let scoring = stages::time(Stage::Rules, || {
+    let mut scoring = stages::time(Stage::Rules, || {
         judge::assemble(&run.manifest, &cells, scored, warm, flags, rules, preset)
     });
+    scoring.run.checksums_skipped = run.verify == Verify::Skip;
     Ok((scoring, traced))
 }
 

@@ -200,7 +200,9 @@ fn the_gpu_table_is_written_only_when_there_is_telemetry() {
         .expect("commit");
     assert!(!meta.files.contains_key("gpu.parquet"));
     assert!(!without.dir(run).join("gpu.parquet").exists());
-    let (_, counts) = tokentrace_schemas::verify::verify_cell(&without.dir(run)).expect("verify");
+    let counts = tokentrace_schemas::verify::verify_cell(&without.dir(run))
+        .expect("verify")
+        .counts;
     assert!(counts.iter().all(|(name, _)| name != "gpu.parquet"));
 
     let with = CellKey::new(Phase::Decode, 1024, 2);
@@ -228,7 +230,9 @@ fn the_gpu_table_is_written_only_when_there_is_telemetry() {
         read_table::<Gpu>(&with.dir(run).join("gpu.parquet")).expect("gpu"),
         rows
     );
-    let (_, counts) = tokentrace_schemas::verify::verify_cell(&with.dir(run)).expect("verify");
+    let counts = tokentrace_schemas::verify::verify_cell(&with.dir(run))
+        .expect("verify")
+        .counts;
     assert!(
         counts.contains(&("gpu.parquet".to_string(), 6)),
         "{counts:?}"

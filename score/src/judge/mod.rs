@@ -262,6 +262,7 @@ pub fn assemble(
             facts: m.facts.clone(),
             gpu_telemetry: flags.gpu_telemetry,
             cached_tokens_missing: flags.cached_tokens_missing(),
+            checksums_skipped: false,
             burst_requests: m.config.burst.as_ref().map(|b| b.requests),
             rate: m.config.rate.clone(),
             replay: m.config.replay.clone(),
