@@ -3,8 +3,7 @@
 //! can be proven equal to what was written (FORMAT.md, "Checksums").
 //!
 //! SHA-256 and not BLAKE3: S3 carries `x-amz-checksum-sha256` end to end, so the digest a
-//! cell records is the one its upload sends and the store checks; and with the CPU's SHA
-//! extensions `sha2` hashes well over the speed a run is written or read at.
+//! cell records is the one S3 computes for a file uploaded in one part.
 
 use std::fmt;
 use std::io::Read;
