@@ -68,11 +68,7 @@ pub fn run(args: &CheckArgs, out: &mut impl Write) -> anyhow::Result<CheckSummar
     let mut present = BTreeSet::new();
     for (key, dir) in &found {
         present.insert(*key);
-        let recorded = manifest
-            .cells
-            .iter()
-            .find(|c| c.key() == *key)
-            .and_then(|c| c.cell_sha256);
+        let recorded = manifest.cell_sha256(*key);
         match verify_commit_mark(dir, recorded).and_then(|()| verify_cell(dir)) {
             Ok(v) => {
                 let counts: Vec<String> =

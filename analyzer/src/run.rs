@@ -66,18 +66,19 @@ pub struct Run {
     pub verify: Verify,
 }
 
+/// Opens the cell in `dir`; with `verify`, first checks its commit mark against the
+/// manifest's checksum of it (`recorded`), then its files against the commit mark's.
 fn check_cell(
     dir: &Path,
     pages: bool,
-    verify: Option<Option<Sha256>>,
+    verify: Verify,
+    recorded: Option<Sha256>,
 ) -> tokentrace_schemas::Result<CellMeta> {
-    // The commit mark against the manifest's checksum of it, then the files against
-    // the commit mark's.
-    if let Some(recorded) = verify {
+    if verify == Verify::Checksums {
         stages::time(Stage::Verify, || verify_commit_mark(dir, recorded))?;
     }
     let meta = stages::time(Stage::Open, || CellMeta::read_complete(dir))?;
-    if verify.is_some() {
+    if verify == Verify::Checksums {
         stages::time(Stage::Verify, || verify_files(dir, &meta))?;
     }
     if !pages {
@@ -130,12 +131,7 @@ impl Run {
         let cells = list_cells(dir)?
             .into_par_iter()
             .map(|(key, cell_dir)| {
-                // Verify: the manifest's checksum of the cell's commit mark, if any.
-                let recorded = (verify == Verify::Checksums).then(|| {
-                    let entry = manifest.cells.iter().find(|c| c.key() == key);
-                    entry.and_then(|c| c.cell_sha256)
-                });
-                match check_cell(&cell_dir, pages, recorded) {
+                match check_cell(&cell_dir, pages, verify, manifest.cell_sha256(key)) {
                     Ok(meta) => CellState::Complete {
                         key,
                         dir: cell_dir,

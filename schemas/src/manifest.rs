@@ -627,6 +627,14 @@ impl Manifest {
         Ok(sealed)
     }
 
+    /// The SHA-256 the manifest records for cell `key`'s commit mark, if any.
+    pub fn cell_sha256(&self, key: CellKey) -> Option<Sha256> {
+        self.cells
+            .iter()
+            .find(|c| c.key() == key)
+            .and_then(|c| c.cell_sha256)
+    }
+
     /// The run's digest over the committed cells' `cell_sha256` as listed (see
     /// [`crate::digest::cells_digest`]); `None` when no cell has one.
     pub fn cells_digest(&self) -> Option<Sha256> {

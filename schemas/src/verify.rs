@@ -45,18 +45,24 @@ fn required_files() -> [String; 5] {
     ]
 }
 
+/// The error for a file the commit mark of the cell in `dir` should list and does not.
+fn unlisted(dir: &Path, name: &str) -> Error {
+    Error::Damaged {
+        path: dir.join(crate::layout::CELL_FILE),
+        reason: format!("the commit mark does not list {name}"),
+    }
+}
+
 /// Checks every file `meta` lists in `dir`: present, of the recorded size, and of the
 /// recorded SHA-256 where one is recorded. The first file that differs is the error,
 /// named with its path; sizes are checked before any file is hashed, so a truncated
 /// copy is named without reading the rest.
 pub fn verify_files(dir: &Path, meta: &CellMeta) -> Result<Checksums> {
-    for name in required_files() {
-        if !meta.files.contains_key(&name) {
-            return Err(Error::Damaged {
-                path: dir.join(crate::layout::CELL_FILE),
-                reason: format!("the commit mark does not list {name}"),
-            });
-        }
+    if let Some(name) = required_files()
+        .into_iter()
+        .find(|name| !meta.files.contains_key(name))
+    {
+        return Err(unlisted(dir, &name));
     }
     for (name, stat) in &meta.files {
         let path = dir.join(name);
@@ -135,10 +141,7 @@ fn count_rows<T: Table>(dir: &Path) -> Result<u64> {
 fn expect_count(dir: &Path, meta: &CellMeta, name: &str, found: u64) -> Result<()> {
     let path = dir.join(name);
     let Some(FileStat { rows, .. }) = meta.files.get(name).copied() else {
-        return Err(Error::Damaged {
-            path: dir.join(crate::layout::CELL_FILE),
-            reason: format!("the commit mark does not list {name}"),
-        });
+        return Err(unlisted(dir, name));
     };
     if found != rows {
         return Err(Error::Damaged {

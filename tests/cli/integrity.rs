@@ -5,11 +5,11 @@
 //! still read; `--no-verify` reads as it is and says so.
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
-
 use tokentrace_schemas::layout::{CellKey, Phase};
 use tokentrace_schemas::manifest::{CellMeta, Manifest};
 use tokentrace_testkit::synth;
+
+use super::report::{copy_dir, tokentrace};
 
 fn keys() -> Vec<CellKey> {
     vec![
@@ -24,33 +24,8 @@ fn damaged_key() -> CellKey {
     keys()[0]
 }
 
-fn tokentrace(args: &[&str]) -> (i32, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_tokentrace"))
-        .args(args)
-        .output()
-        .expect("spawn tokentrace");
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
-
 fn path_str(p: &Path) -> &str {
     p.to_str().expect("utf-8 path")
-}
-
-fn copy_dir(from: &Path, to: &Path) {
-    std::fs::create_dir_all(to).expect("mkdir");
-    for entry in std::fs::read_dir(from).expect("read_dir") {
-        let entry = entry.expect("entry");
-        let target = to.join(entry.file_name());
-        if entry.file_type().expect("type").is_dir() {
-            copy_dir(&entry.path(), &target);
-        } else {
-            std::fs::copy(entry.path(), &target).expect("copy");
-        }
-    }
 }
 
 /// The JSON scoring of `run` (exit code, the scoring's cells by their key text).

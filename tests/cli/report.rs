@@ -397,7 +397,8 @@ fn diff_json(args: &[&str]) -> serde_json::Value {
     serde_json::from_slice(&out).expect("json")
 }
 
-fn copy_dir(from: &Path, to: &Path) {
+/// Copies a folder tree (also used by `integrity`).
+pub(crate) fn copy_dir(from: &Path, to: &Path) {
     std::fs::create_dir_all(to).expect("mkdir");
     for entry in std::fs::read_dir(from).expect("read_dir") {
         let entry = entry.expect("entry");
@@ -549,7 +550,8 @@ fn a_golden_scoring_and_its_run_scored_afresh_do_not_differ() {
     }
 }
 
-fn tokentrace(args: &[&str]) -> (i32, String, String) {
+/// Runs the CLI: exit code, stdout, stderr (also used by `integrity`).
+pub(crate) fn tokentrace(args: &[&str]) -> (i32, String, String) {
     let out = Command::new(env!("CARGO_BIN_EXE_tokentrace"))
         .args(args)
         .output()
