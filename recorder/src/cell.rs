@@ -47,6 +47,12 @@ pub const STASH_BYTES: usize = 64 << 20;
 pub use tokentrace_schemas::protocol::{CLIENT_CPU_METRIC, CLIENT_LAG_METRIC};
 /// How long the drain barrier waits when the server has no metrics to ask.
 pub const NO_METRICS_WAIT: Duration = Duration::from_secs(1);
+/// The longest one metrics scrape may take (the drain's scrapes take no longer than the
+/// drain has left).
+pub const SCRAPE_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long a cell's end waits for a scrape in flight before it abandons it (a scrape
+/// through a link that went silent would otherwise hold the cell for its timeout).
+pub const SCRAPER_STOP_WAIT: Duration = Duration::from_secs(1);
 /// Tokens a prefill scout asks for (its TTFT is the measurement).
 pub const SCOUT_MAX_TOKENS: i32 = 16;
 /// Tokens a priming request asks for: enough that the N primes of a round run at the
@@ -250,7 +256,12 @@ impl Cell {
     /// Scrapes once and queues the rows, then samples the GPUs (off the runtime's
     /// threads: NVML calls block); returns (running, waiting) when known.
     async fn scrape_once(&self) -> Option<(f64, f64)> {
-        let rw = self.scrape_metrics().await;
+        self.scrape_within(SCRAPE_TIMEOUT).await
+    }
+
+    /// One scrape that gives up after `limit`.
+    async fn scrape_within(&self, limit: Duration) -> Option<(f64, f64)> {
+        let rw = self.scrape_metrics(limit).await;
         if let Some(gpus) = self.ctx.gpus.clone() {
             if let Some((running, _)) = rw {
                 gpus.server_running(running);
@@ -266,16 +277,9 @@ impl Cell {
         rw
     }
 
-    async fn scrape_metrics(&self) -> Option<(f64, f64)> {
+    async fn scrape_metrics(&self, limit: Duration) -> Option<(f64, f64)> {
         let url = self.ctx.metrics_url.as_deref()?;
-        match scrape::scrape(
-            &self.ctx.client,
-            url,
-            &self.ctx.clock,
-            Duration::from_secs(5),
-        )
-        .await
-        {
+        match scrape::scrape(&self.ctx.client, url, &self.ctx.clock, limit).await {
             Ok(rows) => {
                 let rw = running_waiting(&rows);
                 self.ctx.feed.scraped(&rows);
@@ -878,9 +882,14 @@ impl Background {
         }
     }
 
-    async fn stop(self) {
+    async fn stop(mut self) {
         let _ = self.stop.send(true);
-        let _ = self.scraper.await;
+        if tokio::time::timeout(SCRAPER_STOP_WAIT, &mut self.scraper)
+            .await
+            .is_err()
+        {
+            self.scraper.abort();
+        }
         let _ = self.tick.await;
     }
 }
@@ -891,7 +900,11 @@ async fn drain(cell: &Arc<Cell>) {
     cell.event(EventKind::DrainStart, None, None).await;
     let deadline = Instant::now() + cell.ctx.drain_timeout;
     let drain = loop {
-        match cell.scrape_once().await {
+        // A scrape takes no longer than the drain has left (at least a moment, so that
+        // a drain at its deadline still asks once).
+        let left = deadline.saturating_duration_since(Instant::now());
+        let limit = left.clamp(Duration::from_millis(200), SCRAPE_TIMEOUT);
+        match cell.scrape_within(limit).await {
             Some((r, w)) if r == 0.0 && w == 0.0 => break Drain::Drained,
             None if cell.ctx.metrics_url.is_none() => {
                 tokio::time::sleep(NO_METRICS_WAIT).await;

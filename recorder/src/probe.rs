@@ -10,7 +10,7 @@ use tokentrace_schemas::manifest::{EngineInfo, ServerCapabilities, TokenCounting
 use tokentrace_schemas::tables::Endpoint;
 
 use crate::client::{self, Lane, RunCtl};
-use crate::control::{MAX_ANSWER_BYTES, get_tokenize, join};
+use crate::control::{MAX_ANSWER_BYTES, get_tokenize, join, send_retried};
 use crate::http::Transport;
 use crate::queue::Record;
 use crate::request::{RequestSpec, stream_body};
@@ -55,10 +55,7 @@ pub struct ServerInfo {
 }
 
 async fn get_json(client: &reqwest::Client, url: &str) -> Result<Value, ProbeError> {
-    let resp = client
-        .get(url)
-        .timeout(Duration::from_secs(30))
-        .send()
+    let resp = send_retried(|| client.get(url).timeout(Duration::from_secs(30)))
         .await
         .map_err(|e| ProbeError::Unreachable {
             url: url.to_string(),
@@ -118,18 +115,16 @@ pub async fn probe(
     let (max_model_len, max_model_len_source) = context_limit(client, base, entry.as_ref()).await;
     let (version, mut engine) = version(client, base).await;
     let metrics_url = metrics_url.map_or_else(|| join(base, "/metrics"), str::to_string);
-    let metrics_text = match client
-        .get(&metrics_url)
-        .timeout(Duration::from_secs(10))
-        .send()
-        .await
-    {
-        Ok(mut r) if r.status().is_success() => read_body(&mut r, crate::scrape::MAX_SCRAPE_BYTES)
-            .await
-            .ok()
-            .map(|b| String::from_utf8_lossy(&b).into_owned()),
-        _ => None,
-    };
+    let metrics_text =
+        match send_retried(|| client.get(&metrics_url).timeout(Duration::from_secs(10))).await {
+            Ok(mut r) if r.status().is_success() => {
+                read_body(&mut r, crate::scrape::MAX_SCRAPE_BYTES)
+                    .await
+                    .ok()
+                    .map(|b| String::from_utf8_lossy(&b).into_owned())
+            }
+            _ => None,
+        };
     let metrics_ok = metrics_text.as_deref().is_some_and(|t| {
         crate::scrape::parse_exposition(t, 0, 0).is_ok_and(|rows| !rows.is_empty())
     });
@@ -150,7 +145,13 @@ pub async fn probe(
         metrics_text.as_deref(),
     )
     .await;
-    let tokenize = tokenize_shape(client, base, &model).await;
+    let tokenize =
+        tokenize_shape(client, base, &model)
+            .await
+            .map_err(|e| ProbeError::Unreachable {
+                url: e.url.clone(),
+                reason: e.to_string(),
+            })?;
     let (records, seen) = probe_stream(transport, clock, &model, endpoint, stall_timeout).await;
     let (ids, usage_per_chunk) = (seen.token_ids, seen.continuous_usage);
     let counting = if ids {
@@ -283,26 +284,19 @@ async fn tokenize_shape(
     client: &reqwest::Client,
     base: &str,
     model: &str,
-) -> Option<TokenizeShape> {
+) -> Result<Option<TokenizeShape>, crate::control::Unanswered> {
     // A shape counts only when "hello" gives tokens: llama.cpp answers the vLLM shape
     // with an empty list (it ignores fields it does not know).
-    if get_tokenize(client, base, &json!({"model": model, "prompt": "hello"}))
-        .await
-        .is_some_and(|t| !t.is_empty())
-    {
+    let gives = |t: Option<Vec<u64>>| t.is_some_and(|t| !t.is_empty());
+    let vllm = json!({"model": model, "prompt": "hello"});
+    let llamacpp = json!({"content": "hello", "add_special": false});
+    Ok(if gives(get_tokenize(client, base, &vllm).await?) {
         Some(TokenizeShape::Vllm)
-    } else if get_tokenize(
-        client,
-        base,
-        &json!({"content": "hello", "add_special": false}),
-    )
-    .await
-    .is_some_and(|t| !t.is_empty())
-    {
+    } else if gives(get_tokenize(client, base, &llamacpp).await?) {
         Some(TokenizeShape::LlamaCpp)
     } else {
         None
-    }
+    })
 }
 
 /// One short stream, recorded like any request (its rows go into the first cell): its

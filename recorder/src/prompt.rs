@@ -9,13 +9,15 @@ use serde_json::{Value, json};
 use tokentrace_schemas::manifest::TokenizeShape;
 use tokentrace_schemas::tables::Endpoint;
 
-use crate::control::{get_tokenize, post_json};
+use crate::control::{Unanswered, get_tokenize, post_json};
 
 /// Why a prompt could not be built.
 #[derive(Debug, thiserror::Error)]
 pub enum PromptError {
     #[error("the server has no /tokenize, so prompts of an exact length cannot be built")]
     NoTokenizer,
+    #[error("cannot count a prompt's tokens: {0}")]
+    Unanswered(#[from] Unanswered),
     #[error("could not build a chat prompt of {want} tokens (closest: {got})")]
     Inexact { want: u32, got: u32 },
 }
@@ -56,23 +58,23 @@ async fn count(
     endpoint: Endpoint,
     text: &str,
     shape: TokenizeShape,
-) -> Option<usize> {
+) -> Result<Option<usize>, Unanswered> {
     if shape == TokenizeShape::LlamaCpp && endpoint == Endpoint::Chat {
         // llama.cpp counts the chat template too: render it (`/apply-template`), then
         // count the rendered prompt with its special tokens; without that endpoint, the
         // message alone.
         let messages = json!({"messages": [{"role": "user", "content": text}]});
         if let Some(prompt) = post_json(client, base, "/apply-template", &messages)
-            .await
+            .await?
             .and_then(|v| v["prompt"].as_str().map(str::to_string))
         {
-            return get_tokenize(
+            return Ok(get_tokenize(
                 client,
                 base,
                 &json!({"content": prompt, "add_special": true}),
             )
-            .await
-            .map(|t| t.len());
+            .await?
+            .map(|t| t.len()));
         }
     }
     let body = match (endpoint, shape) {
@@ -82,7 +84,7 @@ async fn count(
             json!({"model": model, "messages": [{"role": "user", "content": text}]})
         }
     };
-    get_tokenize(client, base, &body).await.map(|t| t.len())
+    Ok(get_tokenize(client, base, &body).await?.map(|t| t.len()))
 }
 
 /// Short pieces that make up a chat prompt's last few tokens.
@@ -120,7 +122,7 @@ pub async fn build(
                     TokenizeShape::Vllm => json!({"model": model, "prompt": text}),
                 };
                 let ids = get_tokenize(client, base, &body)
-                    .await
+                    .await?
                     .ok_or(PromptError::NoTokenizer)?;
                 if ids.len() >= want {
                     return Ok(Prompt {
@@ -135,7 +137,7 @@ pub async fn build(
             let fill = |words: usize| filler(words, seed.context, seed.nonce);
             let tokens = async |text: &str| {
                 count(client, base, model, endpoint, text, shape)
-                    .await
+                    .await?
                     .ok_or(PromptError::NoTokenizer)
             };
             // The template adds tokens around the message: search the word count.

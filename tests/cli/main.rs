@@ -18,6 +18,10 @@
 //! - `llamacpp`: a real llama.cpp server recorded over both endpoints and analyzed;
 //! - `misbehave`: slow, huge and garbage `/metrics`, and a server that dies mid-cell and
 //!   comes back: the matrix finishes and the trace says what happened;
+//! - `network`: a fault proxy between recorder and simulator (latency and jitter, a
+//!   bandwidth cap, bursts, a reset, a half-open link, a 10 s stall, 5 s of refusals,
+//!   1-byte segments, idle closes): nothing hangs, each request ends once as its fault
+//!   says, committed cells stay byte-identical;
 //! - `record`: recording the simulator: ground truth agrees, a killed run resumes, no secret on disk;
 //! - `refusals`: a refused context fails after a few requests; a rate-limiting server is paced;
 //! - `reparse`: golden runs and a faulty run re-derived row for row from their raw
@@ -49,6 +53,7 @@ mod inputs;
 mod integrity;
 mod llamacpp;
 mod misbehave;
+mod network;
 mod record;
 mod refusals;
 mod reparse;

@@ -21,7 +21,7 @@ fn profile(dir: &Path, extra: &str) -> PathBuf {
     p
 }
 
-fn record(out: &Path, args: &[&str]) -> Command {
+pub(crate) fn record(out: &Path, args: &[&str]) -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_tokentrace"));
     c.args(["record", "--out"])
         .arg(out)
@@ -40,7 +40,7 @@ fn record(out: &Path, args: &[&str]) -> Command {
 }
 
 /// Runs to the end (at most `limit`); the exit code and stderr.
-fn finish(mut child: Child, limit: Duration) -> (Option<i32>, String) {
+pub(crate) fn finish(mut child: Child, limit: Duration) -> (Option<i32>, String) {
     let err = child.stderr.take().expect("stderr");
     let reader = std::thread::spawn(move || {
         let mut s = String::new();

@@ -1,0 +1,638 @@
+//! A hostile network between the recorder and the simulator: a fault proxy
+//! (testkit's `netfault`) adds latency and jitter, a bandwidth cap, burst buffering,
+//! resets, half-open links, stalls, a refusal window, 1-byte segments and idle closes.
+//! Nothing hangs, every sent request ends once with the reason its fault calls for, and
+//! committed cells stay as they were.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+use std::process::Child;
+use std::time::{Duration, Instant};
+
+use tokentrace_recorder::cell::SCRAPE_TIMEOUT;
+use tokentrace_schemas::layout::list_cells;
+use tokentrace_schemas::manifest::{CellStatus, Manifest};
+use tokentrace_schemas::reader::read_table;
+use tokentrace_schemas::tables::{
+    ChunkRow, Chunks, EndReason, EventKind, EventRow, Events, RequestRow, Requests,
+};
+use tokentrace_testkit::netfault::{Fault, FaultProxy, Hit, Plan};
+
+use crate::misbehave::{finish, free_port, sim, wait_listening};
+
+/// The stall timeout of every recording here.
+const STALL: Duration = Duration::from_secs(3);
+/// The drain limit of every recording here.
+const DRAIN: Duration = Duration::from_secs(5);
+
+/// A simulator process, killed when dropped.
+struct Sim(Child, String);
+
+impl Sim {
+    fn start() -> Sim {
+        let listen = format!("127.0.0.1:{}", free_port());
+        let child = sim(&listen);
+        wait_listening(&listen);
+        Sim(child, listen)
+    }
+
+    fn addr(&self) -> std::net::SocketAddr {
+        self.1.parse().expect("an address")
+    }
+}
+
+impl Drop for Sim {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// One recording through the proxy.
+struct Recorded {
+    run: PathBuf,
+    code: Option<i32>,
+    log: String,
+    proxy: FaultProxy,
+}
+
+impl Recorded {
+    fn requests(&self) -> Vec<RequestRow> {
+        cells(&self.run)
+            .iter()
+            .flat_map(|d| read_table::<Requests>(&d.join("requests.parquet")).expect("requests"))
+            .collect()
+    }
+
+    fn chunks(&self) -> Vec<ChunkRow> {
+        cells(&self.run)
+            .iter()
+            .flat_map(|d| read_table::<Chunks>(&d.join("chunks.parquet")).expect("chunks"))
+            .collect()
+    }
+
+    fn reasons(&self) -> BTreeMap<EndReason, usize> {
+        let mut m = BTreeMap::new();
+        for r in self.requests() {
+            *m.entry(r.end_reason).or_insert(0) += 1;
+        }
+        m
+    }
+}
+
+fn cells(run: &Path) -> Vec<PathBuf> {
+    list_cells(run)
+        .expect("cells")
+        .into_iter()
+        .map(|(_, d)| d)
+        .collect()
+}
+
+/// Records the tiny simulator through a proxy with `plan`: contexts 512, the
+/// concurrencies and window given, `extra` arguments after.
+fn record_through(dir: &Path, name: &str, plan: Plan, extra: &[&str]) -> Recorded {
+    let server = Sim::start();
+    let proxy = FaultProxy::start(server.addr(), plan).expect("proxy");
+    let run = dir.join(name);
+    let target = format!("http://{}", proxy.addr());
+    let stall = format!("{}s", STALL.as_secs());
+    let drain = format!("{}s", DRAIN.as_secs());
+    let mut args = vec![
+        "--target",
+        &target,
+        "--stall-timeout",
+        &stall,
+        "--drain-timeout",
+        &drain,
+    ];
+    args.extend_from_slice(extra);
+    let child = crate::misbehave::record(&run, &args)
+        .spawn()
+        .expect("record");
+    let (code, log) = finish(child, Duration::from_secs(180));
+    drop(server);
+    Recorded {
+        run,
+        code,
+        log,
+        proxy,
+    }
+}
+
+/// What holds under every fault: the recorder ended on its own with each cell complete
+/// or failed with a reason; every request in the trace has one row (no duplicate id, no
+/// chunk without its request); each cell ended within its window plus its drain and
+/// stall limits; the run checks sound.
+fn accounted(r: &Recorded, window: Duration) {
+    assert!(
+        matches!(r.code, Some(0 | 1)),
+        "exit {:?}\n{}",
+        r.code,
+        r.log
+    );
+    let m = Manifest::read(&r.run).expect("manifest");
+    for c in &m.cells {
+        match c.status {
+            CellStatus::Complete => {}
+            CellStatus::Failed => assert!(c.reason.is_some(), "{c:?}"),
+            other => panic!("{}: {other:?}\n{}", c.key(), r.log),
+        }
+    }
+    let requests = r.requests();
+    let ids: BTreeSet<i64> = requests.iter().map(|q| q.request_id).collect();
+    assert_eq!(ids.len(), requests.len(), "a request id twice\n{}", r.log);
+    let orphans: BTreeSet<i64> = r
+        .chunks()
+        .iter()
+        .map(|c| c.request_id)
+        .filter(|id| !ids.contains(id))
+        .collect();
+    assert!(orphans.is_empty(), "chunks of no request: {orphans:?}");
+    for q in &requests {
+        assert!(q.end_ns.is_some(), "request {} never ended", q.request_id);
+    }
+    for dir in cells(&r.run) {
+        let events = read_table::<Events>(&dir.join("events.parquet")).expect("events");
+        let at = |k: EventKind| {
+            events
+                .iter()
+                .find(|e| e.kind == k)
+                .map(|e: &EventRow| e.time_ns)
+        };
+        if let (Some(open), Some(close)) = (at(EventKind::WindowOpen), at(EventKind::WindowClose)) {
+            let limit = window + Duration::from_secs(1);
+            assert!(
+                close - open <= limit.as_nanos() as i64,
+                "{}: window {} ms",
+                dir.display(),
+                (close - open) / 1_000_000
+            );
+            if let Some(end) = at(EventKind::CellEnd) {
+                // The last scrape of the window, the drain, the writer's end.
+                let limit = DRAIN + SCRAPE_TIMEOUT + Duration::from_secs(2);
+                assert!(
+                    end - close <= limit.as_nanos() as i64,
+                    "{}: {} ms from window close to the cell's end",
+                    dir.display(),
+                    (end - close) / 1_000_000
+                );
+            }
+        }
+    }
+    crate::record::tokentrace_ok(&["check"], &r.run);
+}
+
+/// The decode cells' requests that ran in the window (not the probe's or a scout's).
+fn finished(r: &Recorded) -> usize {
+    r.requests()
+        .iter()
+        .filter(|q| {
+            matches!(
+                q.end_reason,
+                EndReason::FinishedLength | EndReason::FinishedStop
+            )
+        })
+        .count()
+}
+
+const DECODE: &[&str] = &[
+    "--concurrency",
+    "2",
+    "--duration",
+    "2s",
+    "--max-tokens",
+    "64",
+];
+
+#[test]
+fn latency_and_jitter_delay_every_response_and_lose_nothing() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let fault = Fault::Latency {
+        base: Duration::from_millis(50),
+        jitter: Duration::from_millis(30),
+    };
+    let r = record_through(tmp.path(), "latency", Plan::every(fault, 7), DECODE);
+    accounted(&r, Duration::from_secs(2));
+    assert!(finished(&r) > 0, "{:?}\n{}", r.reasons(), r.log);
+    // Every first token came at least base - jitter after the request went out.
+    for q in r.requests() {
+        if let (Some(sent), Some(first)) = (q.sent_ns, q.first_token_ns) {
+            assert!(
+                first - sent >= 20_000_000,
+                "request {}: TTFT {} ns",
+                q.request_id,
+                first - sent
+            );
+        }
+    }
+}
+
+#[test]
+fn a_bandwidth_cap_slows_a_long_stream_and_loses_nothing() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let rate = 16 * 1024;
+    let fault = Fault::Bandwidth { bytes_per_s: rate };
+    let args = [
+        "--concurrency",
+        "1",
+        "--duration",
+        "3s",
+        "--max-tokens",
+        "400",
+    ];
+    let r = record_through(tmp.path(), "bandwidth", Plan::every(fault, 7), &args);
+    accounted(&r, Duration::from_secs(3));
+    // No request received faster than the cap (its bytes over its first to last chunk).
+    let chunks = r.chunks();
+    let mut by_request: BTreeMap<i64, (i64, i64, i64)> = BTreeMap::new();
+    for c in &chunks {
+        let e = by_request
+            .entry(c.request_id)
+            .or_insert((c.arrival_ns, c.arrival_ns, 0));
+        e.0 = e.0.min(c.arrival_ns);
+        e.1 = e.1.max(c.arrival_ns);
+        e.2 += i64::from(c.bytes);
+    }
+    let mut long = 0;
+    for (id, (first, last, bytes)) in by_request {
+        if last - first > 500_000_000 {
+            long += 1;
+            let per_s = bytes as f64 / ((last - first) as f64 / 1e9);
+            assert!(per_s < rate as f64 * 1.25, "request {id}: {per_s:.0} B/s");
+        }
+    }
+    assert!(long > 0, "no stream ran long enough to measure\n{}", r.log);
+}
+
+#[test]
+fn bursts_every_500_ms_arrive_as_bursts_and_lose_nothing() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let fault = Fault::Burst {
+        every: Duration::from_millis(500),
+    };
+    let r = record_through(tmp.path(), "burst", Plan::every(fault, 7), DECODE);
+    accounted(&r, Duration::from_secs(2));
+    assert!(finished(&r) > 0, "{:?}\n{}", r.reasons(), r.log);
+    // Most events share their read with several others.
+    let mut reads: BTreeMap<(i64, i64), usize> = BTreeMap::new();
+    let chunks = r.chunks();
+    for c in &chunks {
+        *reads.entry((c.request_id, c.arrival_ns)).or_insert(0) += 1;
+    }
+    let in_bursts: usize = reads.values().filter(|n| **n >= 4).sum();
+    assert!(
+        in_bursts * 2 > chunks.len(),
+        "{in_bursts} of {} events in reads of 4 or more",
+        chunks.len()
+    );
+}
+
+#[test]
+fn a_reset_mid_stream_ends_its_request_as_a_disconnect() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let fault = Fault::Reset { after: (400, 4000) };
+    let r = record_through(tmp.path(), "reset", Plan::streams(fault, 0.5, 11), DECODE);
+    accounted(&r, Duration::from_secs(2));
+    let resets = r
+        .proxy
+        .hits()
+        .iter()
+        .filter(|(_, h)| matches!(h, Hit::Reset(_)))
+        .count();
+    assert!(resets > 0, "the proxy reset nothing");
+    let cut: Vec<RequestRow> = r
+        .requests()
+        .into_iter()
+        .filter(|q| q.end_reason == EndReason::Disconnect)
+        .collect();
+    assert!(!cut.is_empty(), "{:?}\n{}", r.reasons(), r.log);
+    for q in &cut {
+        let e = q.error.as_deref().unwrap_or("");
+        assert!(
+            e.contains("reset") || e.contains("closed"),
+            "request {}: {e}",
+            q.request_id
+        );
+    }
+    assert!(finished(&r) > 0, "{:?}", r.reasons());
+    for q in r.requests() {
+        assert!(
+            matches!(
+                q.end_reason,
+                EndReason::FinishedLength
+                    | EndReason::FinishedStop
+                    | EndReason::Disconnect
+                    | EndReason::Cancelled
+            ),
+            "request {}: {:?} {:?}",
+            q.request_id,
+            q.end_reason,
+            q.error
+        );
+    }
+}
+
+/// A link that resets every connection at once: the recorder says it cannot reach the
+/// server (after retrying its calls), not that the server lacks an endpoint.
+#[test]
+fn a_link_that_resets_everything_is_named_as_unreachable() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let fault = Fault::Reset { after: (0, 0) };
+    let r = record_through(tmp.path(), "dead", Plan::every(fault, 1), DECODE);
+    assert_eq!(r.code, Some(1), "{}", r.log);
+    assert!(r.log.contains("cannot reach"), "{}", r.log);
+    assert!(!r.log.contains("has no /"), "{}", r.log);
+    assert!(r.proxy.accepted() >= 4, "the calls were tried again");
+}
+
+#[test]
+fn a_half_open_link_ends_its_request_at_the_stall_timeout() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let fault = Fault::HalfOpen { after: (400, 4000) };
+    let plan = Plan::streams(fault, 0.5, 5);
+    let r = record_through(tmp.path(), "half-open", plan, DECODE);
+    accounted(&r, Duration::from_secs(2));
+    let held = r
+        .proxy
+        .hits()
+        .iter()
+        .filter(|(_, h)| matches!(h, Hit::HalfOpen(_)))
+        .count();
+    assert!(held > 0, "the proxy held nothing");
+    let stalled: Vec<RequestRow> = r
+        .requests()
+        .into_iter()
+        .filter(|q| q.end_reason == EndReason::StallTimeout)
+        .collect();
+    assert!(!stalled.is_empty(), "{:?}\n{}", r.reasons(), r.log);
+    for q in &stalled {
+        let e = q.error.as_deref().unwrap_or("");
+        assert!(
+            e.contains("no byte for 3s"),
+            "request {}: {e}",
+            q.request_id
+        );
+    }
+}
+
+#[test]
+fn a_ten_second_stall_is_a_stall_timeout_and_the_cell_ends_in_bounds() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    // After some tokens (a stall before the first token is a refusal, paced and given up
+    // on after 16 in a row, as a refusing server's).
+    let fault = Fault::Stall {
+        after: (2000, 4000),
+        pause: Duration::from_secs(10),
+    };
+    // A window longer than the stall timeout, so that a stall inside it outlasts it.
+    let args = [
+        "--concurrency",
+        "2",
+        "--duration",
+        "6s",
+        "--max-tokens",
+        "64",
+    ];
+    let r = record_through(tmp.path(), "stall", Plan::streams(fault, 1.0, 3), &args);
+    accounted(&r, Duration::from_secs(6));
+    let stalled = r
+        .proxy
+        .hits()
+        .iter()
+        .filter(|(_, h)| matches!(h, Hit::Stalled(_)))
+        .count();
+    assert!(stalled > 0, "the proxy stalled nothing");
+    let reasons = r.reasons();
+    assert!(
+        reasons.get(&EndReason::StallTimeout).copied().unwrap_or(0) > 0,
+        "{reasons:?}\n{}",
+        r.log
+    );
+    for q in r.requests() {
+        if q.end_reason == EndReason::StallTimeout {
+            let e = q.error.as_deref().unwrap_or("");
+            assert!(
+                e.contains("no byte for 3s"),
+                "request {}: {e}",
+                q.request_id
+            );
+        }
+    }
+}
+
+#[test]
+fn connections_refused_for_five_seconds_are_paced_and_the_run_goes_on() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let fault = Fault::Refuse {
+        at: Duration::from_secs(3),
+        down: Duration::from_secs(5),
+    };
+    let args = ["--concurrency", "1,2,3", "--duration", "3s"];
+    let r = record_through(tmp.path(), "refused", Plan::every(fault, 1), &args);
+    accounted(&r, Duration::from_secs(3));
+    assert_eq!(r.proxy.refusals(), 1);
+    let refused: Vec<RequestRow> = r
+        .requests()
+        .into_iter()
+        .filter(|q| {
+            q.error
+                .as_deref()
+                .is_some_and(|e| e.contains("cannot connect"))
+        })
+        .collect();
+    assert!(!refused.is_empty(), "{:?}\n{}", r.reasons(), r.log);
+    for q in &refused {
+        assert_eq!(
+            q.end_reason,
+            EndReason::Disconnect,
+            "request {}",
+            q.request_id
+        );
+        assert!(q.first_token_ns.is_none());
+    }
+    // The refusals were paced (a capped backoff), not a tight loop of connects.
+    assert!(refused.len() < 40, "{} refused requests", refused.len());
+    let m = Manifest::read(&r.run).expect("manifest");
+    assert_eq!(
+        m.cells.last().map(|c| c.status),
+        Some(CellStatus::Complete),
+        "the matrix carried on\n{}",
+        r.log
+    );
+}
+
+#[test]
+fn one_byte_segments_are_reassembled_exactly() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let args = [
+        "--concurrency",
+        "1",
+        "--duration",
+        "2s",
+        "--max-tokens",
+        "16",
+    ];
+    let r = record_through(
+        tmp.path(),
+        "one-byte",
+        Plan::every(Fault::OneByte, 1),
+        &args,
+    );
+    accounted(&r, Duration::from_secs(2));
+    let requests = r.requests();
+    let done: Vec<&RequestRow> = requests
+        .iter()
+        .filter(|q| q.end_reason == EndReason::FinishedLength)
+        .collect();
+    assert!(!done.is_empty(), "{:?}\n{}", r.reasons(), r.log);
+    let chunks = r.chunks();
+    for q in done {
+        let tokens: i64 = chunks
+            .iter()
+            .filter(|c| c.request_id == q.request_id)
+            .filter_map(|c| c.tokens)
+            .map(i64::from)
+            .sum();
+        assert_eq!(Some(tokens), q.completion_tokens_server.map(i64::from));
+    }
+}
+
+#[test]
+fn idle_kept_alive_connections_closed_between_requests_are_replaced() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let fault = Fault::IdleClose {
+        idle: Duration::from_millis(600),
+    };
+    // An open-loop cell at 1 request a second: the gaps outlast the idle limit.
+    let args = [
+        "--mode",
+        "rate",
+        "--rates",
+        "1",
+        "--arrival",
+        "constant",
+        "--rate-requests",
+        "6",
+        "--max-tokens",
+        "64",
+    ];
+    let r = record_through(tmp.path(), "idle", Plan::every(fault, 1), &args);
+    assert!(matches!(r.code, Some(0)), "exit {:?}\n{}", r.code, r.log);
+    accounted(&r, Duration::from_secs(60));
+    let closed = r
+        .proxy
+        .hits()
+        .iter()
+        .filter(|(_, h)| matches!(h, Hit::IdleClosed))
+        .count();
+    assert!(closed > 0, "the proxy closed nothing");
+    let requests = r.requests();
+    let new_connections = requests
+        .iter()
+        .filter(|q| q.connect_start_ns.is_some())
+        .count();
+    let retried = requests
+        .iter()
+        .filter(|q| q.retries.is_some_and(|n| n > 0))
+        .count();
+    assert!(new_connections + retried > 1, "{requests:?}");
+    // Every request still finished: a closed idle connection costs a reconnect, not a
+    // request.
+    let chunks = r.chunks();
+    for q in &requests {
+        let arrivals: Vec<i64> = chunks
+            .iter()
+            .filter(|c| c.request_id == q.request_id)
+            .map(|c| (c.arrival_ns - q.sent_ns.unwrap_or(0)) / 1_000_000)
+            .collect();
+        assert!(
+            matches!(
+                q.end_reason,
+                EndReason::FinishedLength | EndReason::FinishedStop
+            ),
+            "request {}: {:?} {:?}, events at {arrivals:?} ms",
+            q.request_id,
+            q.end_reason,
+            q.error
+        );
+    }
+}
+
+#[test]
+fn committed_cells_stay_byte_identical_when_a_later_cell_meets_a_fault() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    // The refusal window opens 6 s after the first connection: during the last cells.
+    let fault = Fault::Refuse {
+        at: Duration::from_secs(6),
+        down: Duration::from_secs(5),
+    };
+    let server = Sim::start();
+    let proxy = FaultProxy::start(server.addr(), Plan::every(fault, 1)).expect("proxy");
+    let run = tmp.path().join("run");
+    let target = format!("http://{}", proxy.addr());
+    let child = crate::misbehave::record(
+        &run,
+        &[
+            "--target",
+            &target,
+            "--concurrency",
+            "1,2,3",
+            "--duration",
+            "2s",
+            "--stall-timeout",
+            "3s",
+            "--max-tokens",
+            "64",
+        ],
+    )
+    .spawn()
+    .expect("record");
+    // Copy each committed cell as soon as it commits, before the window opens.
+    let mut first: BTreeMap<PathBuf, Vec<(PathBuf, Vec<u8>)>> = BTreeMap::new();
+    let deadline = Instant::now() + Duration::from_secs(180);
+    let mut child = Some(child);
+    while let Some(c) = child.as_mut() {
+        if proxy.refusals() == 0 {
+            for dir in list_cells(&run)
+                .unwrap_or_default()
+                .into_iter()
+                .map(|(_, d)| d)
+            {
+                first.entry(dir.clone()).or_insert_with(|| snapshot(&dir));
+            }
+        }
+        if c.try_wait().expect("wait").is_some() {
+            let c = child.take().expect("child");
+            let (code, log) = finish(c, Duration::from_secs(5));
+            assert!(matches!(code, Some(0 | 1)), "exit {code:?}\n{log}");
+        }
+        assert!(Instant::now() < deadline, "the recorder hung");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(proxy.refusals() == 1, "the refusal window never opened");
+    assert!(!first.is_empty(), "no cell committed before the fault");
+    for (dir, files) in &first {
+        assert_eq!(
+            &snapshot(dir),
+            files,
+            "{} changed after the fault",
+            dir.display()
+        );
+    }
+}
+
+/// Every file of a committed cell folder, with its bytes.
+fn snapshot(dir: &Path) -> Vec<(PathBuf, Vec<u8>)> {
+    let mut out: Vec<(PathBuf, Vec<u8>)> = std::fs::read_dir(dir)
+        .expect("cell folder")
+        .filter_map(Result::ok)
+        .map(|e| e.path())
+        .filter(|p| p.is_file())
+        .map(|p| {
+            let bytes = std::fs::read(&p).expect("read");
+            (p, bytes)
+        })
+        .collect();
+    out.sort();
+    out
+}
