@@ -5,7 +5,8 @@
 # Not here, because they need a real engine, the reference tool or a GPU (each script's
 # header says how, BENCHMARKS.md gives the command beside its figures): parity.sh and
 # equal_load.sh (the reference tool), vllm_sim.sh (vLLM), gpu.sh (a GPU machine); and
-# long_cell.sh, the recorder on a 10-minute open-loop cell (its own 11 minutes).
+# long_cell.sh, the recorder on a 10-minute open-loop cell (its own 11 minutes); and
+# chaos.sh, the same matrix straight and through a fault proxy (20 minutes).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 cargo build --release --quiet -p tokentrace -p tokentrace-recorder -p tokentrace-testkit --examples

@@ -52,7 +52,37 @@ pub enum Fault {
     /// A connection with no byte either way for `idle` is closed (FIN), as load
     /// balancers close kept-alive connections between requests.
     IdleClose { idle: Duration },
+    /// Each faulted connection draws one of [`CHAOS_MENU`] (seeded), and every
+    /// `refuse_every` the port refuses connections for 5 s (open ones reset).
+    Chaos { refuse_every: Option<Duration> },
 }
+
+/// The faults a `Chaos` connection draws from, each as likely.
+pub const CHAOS_MENU: [Fault; 8] = [
+    Fault::Latency {
+        base: Duration::from_millis(50),
+        jitter: Duration::from_millis(30),
+    },
+    Fault::Bandwidth {
+        bytes_per_s: 64 * 1024,
+    },
+    Fault::Burst {
+        every: Duration::from_millis(500),
+    },
+    Fault::Reset { after: (400, 8000) },
+    Fault::HalfOpen { after: (400, 8000) },
+    Fault::Stall {
+        after: (400, 8000),
+        pause: Duration::from_secs(10),
+    },
+    Fault::OneByte,
+    Fault::IdleClose {
+        idle: Duration::from_secs(2),
+    },
+];
+
+/// How long a `Chaos` refusal window lasts.
+pub const CHAOS_DOWN: Duration = Duration::from_secs(5);
 
 impl Fault {
     /// The fault's class, as the tests, the chaos benchmark and the warnings name it.
@@ -68,6 +98,7 @@ impl Fault {
             Fault::Refuse { .. } => "refused",
             Fault::OneByte => "1-byte",
             Fault::IdleClose { .. } => "idle-close",
+            Fault::Chaos { .. } => "chaos",
         }
     }
 }
@@ -128,6 +159,24 @@ struct Log {
     accepted: AtomicU64,
     hits: Mutex<Vec<(u64, Hit)>>,
     refusals: AtomicU64,
+    /// Each ended connection: index, fault class, opened and closed (CLOCK_MONOTONIC ns).
+    lives: Mutex<Vec<Life>>,
+}
+
+/// One proxied connection's life, on the host's CLOCK_MONOTONIC (the clock a run's
+/// `clock.monotonic_at_zero_ns` maps onto).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Life {
+    pub index: u64,
+    pub class: &'static str,
+    pub opened_ns: i64,
+    pub closed_ns: i64,
+}
+
+/// The host's CLOCK_MONOTONIC in ns.
+pub fn monotonic_ns() -> i64 {
+    let t = rustix::time::clock_gettime(rustix::time::ClockId::Monotonic);
+    t.tv_sec * 1_000_000_000 + t.tv_nsec
 }
 
 impl Log {
@@ -149,13 +198,18 @@ pub struct FaultProxy {
 
 impl FaultProxy {
     /// Starts a proxy on a free loopback port, in front of `upstream`, on a runtime of
-    /// its own (so that synchronous tests can use it).
+    /// its own (so that synchronous tests can use it, and asynchronous ones too).
     pub fn start(upstream: SocketAddr, plan: Plan) -> io::Result<FaultProxy> {
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
             .enable_all()
             .build()?;
-        let listener = runtime.block_on(TcpListener::bind("127.0.0.1:0"))?;
+        let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
+        listener.set_nonblocking(true)?;
+        let listener = {
+            let _entered = runtime.enter();
+            TcpListener::from_std(listener)?
+        };
         let addr = listener.local_addr()?;
         let log = Arc::new(Log::default());
         runtime.spawn(serve(listener, upstream, plan, log.clone()));
@@ -179,6 +233,15 @@ impl FaultProxy {
     /// Refusal windows so far.
     pub fn refusals(&self) -> u64 {
         self.log.refusals.load(Ordering::Relaxed)
+    }
+
+    /// Every connection that has ended: its fault class and when it lived.
+    pub fn lives(&self) -> Vec<Life> {
+        self.log
+            .lives
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
     }
 
     /// Each fault that met a connection: the connection's index and what happened.
@@ -210,36 +273,62 @@ async fn serve(mut listener: TcpListener, upstream: SocketAddr, plan: Plan, log:
     let (generation, _) = watch::channel(0u64);
     let mut refuse_at: Option<Instant> = None;
     loop {
-        let window = match (plan.fault, refuse_at) {
-            (Fault::Refuse { .. }, Some(at)) => Some(at),
-            _ => None,
-        };
+        let window = refuse_at;
         let accepted = tokio::select! {
             a = listener.accept() => a,
             () = sleep_until(window) => {
-                let Fault::Refuse { down, .. } = plan.fault else { continue };
+                let (down, next) = match plan.fault {
+                    // One window per run: the tests count on it.
+                    Fault::Refuse { down, .. } => (down, None),
+                    Fault::Chaos { refuse_every } => (CHAOS_DOWN, refuse_every),
+                    _ => continue,
+                };
                 drop(listener);
                 log.refusals.fetch_add(1, Ordering::Relaxed);
                 generation.send_modify(|g| *g += 1);
+                let opened_ns = monotonic_ns();
                 tokio::time::sleep(down).await;
+                // The window, as a life of its own: the chaos benchmark's cells that
+                // overlap it are not unaffected.
+                log.lives.lock().unwrap_or_else(|e| e.into_inner()).push(Life {
+                    index: u64::MAX,
+                    class: "refused",
+                    opened_ns,
+                    closed_ns: monotonic_ns(),
+                });
                 listener = match rebind(addr).await {
                     Some(l) => l,
                     None => return,
                 };
-                // One window per run: the tests and the chaos benchmark count on it.
-                refuse_at = Some(Instant::now() + Duration::from_secs(365 * 24 * 3600));
+                refuse_at = Some(match next {
+                    Some(every) => Instant::now() + every,
+                    None => Instant::now() + Duration::from_secs(365 * 24 * 3600),
+                });
                 continue;
             }
         };
         let Ok((client, _)) = accepted else { continue };
         let index = log.accepted.fetch_add(1, Ordering::Relaxed);
-        if let (Fault::Refuse { at, .. }, None) = (plan.fault, refuse_at) {
-            refuse_at = Some(Instant::now() + at);
+        match (plan.fault, refuse_at) {
+            (Fault::Refuse { at, .. }, None) => refuse_at = Some(Instant::now() + at),
+            (
+                Fault::Chaos {
+                    refuse_every: Some(every),
+                },
+                None,
+            ) => {
+                refuse_at = Some(Instant::now() + every);
+            }
+            _ => {}
         }
         let mut rng =
             fastrand::Rng::with_seed(plan.seed ^ index.wrapping_mul(0x9E37_79B9_7F4A_7C15));
         let fault = match plan.fault {
             Fault::Refuse { .. } => plan.fault,
+            Fault::Chaos { .. } if rng.f64() < plan.share => {
+                CHAOS_MENU[rng.usize(..CHAOS_MENU.len())]
+            }
+            Fault::Chaos { .. } => Fault::None,
             f if rng.f64() < plan.share => f,
             _ => Fault::None,
         };
@@ -251,7 +340,21 @@ async fn serve(mut listener: TcpListener, upstream: SocketAddr, plan: Plan, log:
             log: log.clone(),
             killed: generation.subscribe(),
         };
-        tokio::spawn(conn.run(client, upstream));
+        let log = log.clone();
+        tokio::spawn(async move {
+            let (index, opened_ns) = (conn.index, monotonic_ns());
+            let class = conn.run(client, upstream).await;
+            let life = Life {
+                index,
+                class,
+                opened_ns,
+                closed_ns: monotonic_ns(),
+            };
+            log.lives
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .push(life);
+        });
     }
 }
 
@@ -290,7 +393,13 @@ fn now_ms(start: Instant) -> u64 {
 }
 
 impl Conn {
-    async fn run(mut self, client: TcpStream, upstream: SocketAddr) {
+    /// Proxies the connection to its end; the class of the fault it met.
+    async fn run(mut self, client: TcpStream, upstream: SocketAddr) -> &'static str {
+        self.pump(client, upstream).await;
+        self.fault.class()
+    }
+
+    async fn pump(&mut self, client: TcpStream, upstream: SocketAddr) {
         let Ok(server) = TcpStream::connect(upstream).await else {
             return;
         };
@@ -298,7 +407,7 @@ impl Conn {
         let _ = server.set_nodelay(true);
         let (mut cr, cw) = client.into_split();
         let (mut ur, mut uw) = server.into_split();
-        if self.streams_only && !matches!(self.fault, Fault::Refuse { .. }) {
+        if self.streams_only && !matches!(self.fault, Fault::Refuse { .. } | Fault::None) {
             // The request line says what the connection carries first.
             let mut first = vec![0u8; 16 * 1024];
             let n = match cr.read(&mut first).await {
@@ -461,10 +570,11 @@ impl Writer {
                     }
                     Fault::HalfOpen { .. } => {
                         self.log.hit(self.index, Hit::HalfOpen(at));
-                        // Nothing more passes; the connection stays open until the
-                        // client gives up (its read half ends the connection task).
+                        // Nothing more passes; the connection stays open (no FIN)
+                        // until the server's side closes, which the client's giving up
+                        // brings about (its read half ends the upstream direction).
                         while rx.recv().await.is_some() {}
-                        std::future::pending::<()>().await;
+                        return Ended::Done;
                     }
                     Fault::Stall { pause, .. } => {
                         self.log.hit(self.index, Hit::Stalled(at));

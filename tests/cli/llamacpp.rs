@@ -20,7 +20,7 @@ use tokentrace_schemas::raw::RawReader;
 use tokentrace_schemas::reader::read_table;
 use tokentrace_schemas::tables::{Chunks, EndReason, Endpoint, EventKind, Events, Requests, Role};
 
-fn start_server(python: &str, model: &str) -> Server {
+pub(crate) fn start_server(python: &str, model: &str) -> Server {
     serve::spawn(
         python,
         "fixtures/llamacpp/serve.py",

@@ -21,7 +21,8 @@
 //! - `network`: a fault proxy between recorder and simulator (latency and jitter, a
 //!   bandwidth cap, bursts, a reset, a half-open link, a 10 s stall, 5 s of refusals,
 //!   1-byte segments, idle closes): nothing hangs, each request ends once as its fault
-//!   says, committed cells stay byte-identical;
+//!   says, committed cells stay byte-identical; bursts and resets in front of a real
+//!   llama.cpp server;
 //! - `record`: recording the simulator: ground truth agrees, a killed run resumes, no secret on disk;
 //! - `refusals`: a refused context fails after a few requests; a rate-limiting server is paced;
 //! - `reparse`: golden runs and a faulty run re-derived row for row from their raw

@@ -92,7 +92,20 @@ fn cells(run: &Path) -> Vec<PathBuf> {
 /// concurrencies and window given, `extra` arguments after.
 fn record_through(dir: &Path, name: &str, plan: Plan, extra: &[&str]) -> Recorded {
     let server = Sim::start();
-    let proxy = FaultProxy::start(server.addr(), plan).expect("proxy");
+    let r = record_via(dir, name, server.addr(), plan, extra);
+    drop(server);
+    r
+}
+
+/// Records the server at `upstream` through a proxy with `plan`.
+fn record_via(
+    dir: &Path,
+    name: &str,
+    upstream: std::net::SocketAddr,
+    plan: Plan,
+    extra: &[&str],
+) -> Recorded {
+    let proxy = FaultProxy::start(upstream, plan).expect("proxy");
     let run = dir.join(name);
     let target = format!("http://{}", proxy.addr());
     let stall = format!("{}s", STALL.as_secs());
@@ -110,7 +123,6 @@ fn record_through(dir: &Path, name: &str, plan: Plan, extra: &[&str]) -> Recorde
         .spawn()
         .expect("record");
     let (code, log) = finish(child, Duration::from_secs(180));
-    drop(server);
     Recorded {
         run,
         code,
@@ -635,4 +647,93 @@ fn snapshot(dir: &Path) -> Vec<(PathBuf, Vec<u8>)> {
         .collect();
     out.sort();
     out
+}
+
+/// The same faults between the recorder and a real llama.cpp server: bursts every
+/// 500 ms on every connection, then resets mid-stream on half the streams.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs llama.cpp: eval \"$(bash fixtures/llamacpp/install.sh)\", then --include-ignored"]
+async fn a_real_llama_cpp_server_behind_bursts_and_resets_loses_nothing() {
+    let (Ok(python), Ok(model)) = (
+        std::env::var("TOKENTRACE_LLAMACPP_PYTHON"),
+        std::env::var("TOKENTRACE_LLAMACPP_MODEL"),
+    ) else {
+        panic!(
+            "llama.cpp is not installed: eval \"$(bash fixtures/llamacpp/install.sh)\" sets TOKENTRACE_LLAMACPP_PYTHON and TOKENTRACE_LLAMACPP_MODEL"
+        );
+    };
+    let mut server = crate::llamacpp::start_server(&python, &model);
+    crate::serve::wait_healthy(&mut server, Duration::from_secs(120)).await;
+    let upstream: std::net::SocketAddr = server
+        .url
+        .trim_start_matches("http://")
+        .trim_end_matches('/')
+        .parse()
+        .expect("the server's address");
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let dir = tmp.path().to_path_buf();
+    let args = [
+        "--concurrency",
+        "1,2",
+        "--duration",
+        "3s",
+        "--max-tokens",
+        "24",
+    ];
+    let burst = Fault::Burst {
+        every: Duration::from_millis(500),
+    };
+    let reset = Fault::Reset { after: (300, 3000) };
+    let (bursts, resets) = tokio::task::spawn_blocking(move || {
+        let b = record_via(&dir, "burst", upstream, Plan::every(burst, 1), &args);
+        let r = record_via(&dir, "reset", upstream, Plan::streams(reset, 0.5, 2), &args);
+        (b, r)
+    })
+    .await
+    .expect("the recordings");
+    accounted(&bursts, Duration::from_secs(3));
+    assert!(
+        finished(&bursts) > 0,
+        "{:?}\n{}",
+        bursts.reasons(),
+        bursts.log
+    );
+    let mut reads: BTreeMap<(i64, i64), usize> = BTreeMap::new();
+    let chunks = bursts.chunks();
+    for c in &chunks {
+        *reads.entry((c.request_id, c.arrival_ns)).or_insert(0) += 1;
+    }
+    let in_bursts: usize = reads.values().filter(|n| **n >= 2).sum();
+    assert!(
+        in_bursts * 2 > chunks.len(),
+        "{in_bursts} of {} events in reads of 2 or more",
+        chunks.len()
+    );
+    accounted(&resets, Duration::from_secs(3));
+    let hits = resets.proxy.hits().len();
+    assert!(hits > 0, "the proxy reset nothing");
+    for q in resets.requests() {
+        assert!(
+            matches!(
+                q.end_reason,
+                EndReason::FinishedLength
+                    | EndReason::FinishedStop
+                    | EndReason::Disconnect
+                    | EndReason::Cancelled
+            ),
+            "request {}: {:?} {:?}",
+            q.request_id,
+            q.end_reason,
+            q.error
+        );
+    }
+    assert!(
+        resets
+            .requests()
+            .iter()
+            .any(|q| q.end_reason == EndReason::Disconnect),
+        "{:?}\n{}",
+        resets.reasons(),
+        resets.log
+    );
 }
