@@ -16,6 +16,6 @@ seed=${SEED:-1}
 cargo build -q --bin tokentrace -p tokentrace
 cargo build -q -p tokentrace-testkit --example chaos
 target=${CARGO_TARGET_DIR:-target}/debug
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
+# WORK=DIR keeps both runs and their ground truth there.
+if [ -n "${WORK:-}" ]; then work=$WORK; else work=$(mktemp -d); trap 'rm -rf "$work"' EXIT; fi
 "$target/examples/chaos" "$target/tokentrace" "$minutes" "$seed" "$work"
