@@ -266,7 +266,7 @@ pub fn rescore(args: &RescoreArgs, out: &mut impl Write) -> anyhow::Result<ExitC
 }
 
 fn side(path: &Path, rules_spec: &str) -> anyhow::Result<Scoring> {
-    if tokentrace_recorder::store::is_url(&path.display().to_string()) {
+    if tokentrace_recorder::store::bucket::is_url(&path.display().to_string()) {
         let local = crate::remote::local(path)?;
         scored(local.dir(), &rules(rules_spec)?, Verify::Checksums)
     } else if path.is_dir() {

@@ -9,7 +9,7 @@ use std::process::ExitCode;
 use anyhow::Context;
 use tokentrace_analyzer::catalog::{self, Entry};
 use tokentrace_analyzer::{RuleSet, score_dir};
-use tokentrace_recorder::store::{RunStore, is_url};
+use tokentrace_recorder::store::bucket::{RunStore, is_url};
 
 /// Arguments of `tokentrace catalog`.
 #[derive(Debug, clap::Args)]

@@ -118,9 +118,9 @@ fn record(cmd: &RecordCmd) -> anyhow::Result<ExitCode> {
     // as `tokentrace-record`'s is (before the runtime's threads start). With the built-in
     // simulator, glibc's defaults stay.
     if args.target.is_some() {
-        tokentrace_recorder::heap::prepare();
+        tokentrace_recorder::run::heap::prepare();
     }
-    let rt = tokentrace_recorder::heap::runtime().context("cannot start the async runtime")?;
+    let rt = tokentrace_recorder::run::heap::runtime().context("cannot start the async runtime")?;
     let outcome = match &args.target {
         Some(t) => cli::run_at(args, t, None, &rt),
         None => {
@@ -128,8 +128,8 @@ fn record(cmd: &RecordCmd) -> anyhow::Result<ExitCode> {
                 .with_context(|| format!("simulator profile `{}`", cmd.sim_profile))?;
             // The simulated box's GPUs, when its profile names them.
             let gpus = profile.gpus.as_ref().map(|g| {
-                tokentrace_recorder::session::GpuChoice::Given(std::sync::Arc::new(
-                    tokentrace_recorder::gpu::SimulatedGpus::new(
+                tokentrace_recorder::run::session::GpuChoice::Given(std::sync::Arc::new(
+                    tokentrace_recorder::observe::gpu::SimulatedGpus::new(
                         g.count,
                         &g.name,
                         u64::from(g.memory_gib) << 30,

@@ -5,7 +5,7 @@
 use std::path::{Path, PathBuf};
 
 use anyhow::Context;
-use tokentrace_recorder::store::{RunStore, is_url};
+use tokentrace_recorder::store::bucket::{RunStore, is_url};
 
 /// A run on the local disk: the folder given, or a temporary copy of a stored run.
 #[derive(Debug)]

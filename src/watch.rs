@@ -6,7 +6,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use anyhow::Context;
-use tokentrace_recorder::store::{RunStore, is_url};
+use tokentrace_recorder::store::bucket::{RunStore, is_url};
 use tokentrace_recorder::view::{self, DisplayMode, watch};
 
 /// Follow a run as it records: the prefill table, the decode matrix and the open-loop

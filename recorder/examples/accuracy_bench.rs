@@ -18,7 +18,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use serde_json::json;
-use tokentrace_recorder::cell::{self, CellPlan};
+use tokentrace_recorder::store::cell::{self, CellPlan};
 use tokentrace_schemas::clock::RunClock;
 use tokentrace_schemas::reader::read_table;
 use tokentrace_schemas::tables::{ChunkKind, Chunks, Requests};

@@ -19,8 +19,8 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use serde_json::json;
-use tokentrace_recorder::cell::{self, CellPlan};
-use tokentrace_recorder::prompt::Variants;
+use tokentrace_recorder::send::prompt::Variants;
+use tokentrace_recorder::store::cell::{self, CellPlan};
 use tokentrace_schemas::clock::RunClock;
 use tokentrace_schemas::manifest::RateConfig;
 use tokentrace_schemas::reader::read_table;

@@ -21,8 +21,8 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokentrace_recorder::cell::{self, CellPlan, ReplayPlan};
-use tokentrace_recorder::replay::{self, Prompts, ReplayOptions};
+use tokentrace_recorder::send::replay::{self, Prompts, ReplayOptions};
+use tokentrace_recorder::store::cell::{self, CellPlan, ReplayPlan};
 use tokentrace_schemas::clock::RunClock;
 use tokentrace_schemas::reader::read_table;
 use tokentrace_schemas::schedule::{Arrival, Schedule};

@@ -9,8 +9,8 @@ use tokentrace_schemas::column::StrEnum;
 use tokentrace_schemas::manifest::{Manifest, PrefillMode, TraceFormat};
 use tokentrace_schemas::tables::Endpoint;
 
-use crate::runner;
-use crate::session::{self, Mode, RecordOptions};
+use crate::run::runner;
+use crate::run::session::{self, Mode, RecordOptions};
 use tokentrace_schemas::Rate;
 use tokentrace_schemas::manifest::RateConfig;
 use tokentrace_schemas::schedule::Arrival;
@@ -198,11 +198,11 @@ pub struct RecordArgs {
     #[arg(long)]
     pub max_requests: Option<u32>,
     /// Prompt tokens per hash id of a Mooncake trace.
-    #[arg(long, default_value_t = crate::replay::DEFAULT_BLOCK_TOKENS)]
+    #[arg(long, default_value_t = crate::send::replay::DEFAULT_BLOCK_TOKENS)]
     pub block_tokens: u32,
     /// The --replay workload, once read (by `check`).
     #[arg(skip)]
-    pub workload: std::sync::OnceLock<std::sync::Arc<crate::replay::Workload>>,
+    pub workload: std::sync::OnceLock<std::sync::Arc<crate::send::replay::Workload>>,
     /// Probe the server, print the cells this command line would record and those it
     /// would skip (with the reason: a context over the server's limit, a cell over the
     /// KV-cache budget with --skip-over-capacity), and exit without recording or
@@ -312,7 +312,8 @@ impl RecordArgs {
             ));
         }
         if let Some(url) = &self.upload {
-            crate::store::RunStore::open(url).map_err(|e| UsageError(format!("--upload {e}")))?;
+            crate::store::bucket::RunStore::open(url)
+                .map_err(|e| UsageError(format!("--upload {e}")))?;
         }
         if self.contexts.as_ref().is_some_and(Vec::is_empty) {
             return Err(UsageError(
@@ -364,11 +365,11 @@ impl RecordArgs {
     }
 
     /// The replay's settings as the command line gives them.
-    pub fn replay_options(&self) -> Option<crate::replay::ReplayOptions> {
+    pub fn replay_options(&self) -> Option<crate::send::replay::ReplayOptions> {
         let ns = |d: Duration| i64::try_from(d.as_nanos()).unwrap_or(i64::MAX);
         self.replay
             .as_ref()
-            .map(|from| crate::replay::ReplayOptions {
+            .map(|from| crate::send::replay::ReplayOptions {
                 from: from.clone(),
                 format: TraceFormat::parse(&self.trace_format),
                 time_scale: self.time_scale,
@@ -420,7 +421,7 @@ impl RecordArgs {
             ));
         }
         if self.workload.get().is_none() {
-            let w = crate::replay::load(&opts, &mut |n| notes.push(n))
+            let w = crate::send::replay::load(&opts, &mut |n| notes.push(n))
                 .map_err(|e| UsageError(format!("--replay {e}")))?;
             let _ = self.workload.set(std::sync::Arc::new(w));
         }
@@ -571,7 +572,7 @@ impl RecordArgs {
                     workload: match self.workload.get() {
                         Some(w) => w.clone(),
                         None => std::sync::Arc::new(
-                            crate::replay::load(&opts, &mut |_| {})
+                            crate::send::replay::load(&opts, &mut |_| {})
                                 .map_err(|e| format!("--replay {e}"))?,
                         ),
                     },

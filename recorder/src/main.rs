@@ -15,7 +15,7 @@ struct Cli {
 
 fn main() -> ExitCode {
     // Before any thread starts (heap.rs).
-    tokentrace_recorder::heap::prepare();
+    tokentrace_recorder::run::heap::prepare();
     let cli = Cli::parse();
     match cli.args.check() {
         Ok(notes) => notes.iter().for_each(|n| eprintln!("{n}")),
@@ -24,7 +24,7 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     }
-    let rt = match tokentrace_recorder::heap::runtime() {
+    let rt = match tokentrace_recorder::run::heap::runtime() {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("tokentrace-record: cannot start the async runtime: {e}");

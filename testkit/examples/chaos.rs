@@ -14,7 +14,7 @@ use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use serde_json::Value;
-use tokentrace_recorder::runner::REQUEST_ID_STRIDE;
+use tokentrace_recorder::run::runner::REQUEST_ID_STRIDE;
 use tokentrace_schemas::layout::{Phase, list_cells};
 use tokentrace_schemas::manifest::Manifest;
 use tokentrace_schemas::reader::read_table;

@@ -8,8 +8,8 @@ use std::time::Duration;
 
 use tokentrace_analyzer::contract::{Verdict, Warning};
 use tokentrace_analyzer::{RuleSet, score_dir};
-use tokentrace_recorder::runner;
-use tokentrace_recorder::session::RecordOptions;
+use tokentrace_recorder::run::runner;
+use tokentrace_recorder::run::session::RecordOptions;
 use tokentrace_schemas::column::StrEnum;
 use tokentrace_schemas::layout::{Phase, list_cells};
 use tokentrace_schemas::reader::read_table;

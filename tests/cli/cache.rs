@@ -7,7 +7,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use tokentrace_analyzer::{RuleSet, score_dir};
-use tokentrace_recorder::runner;
+use tokentrace_recorder::run::runner;
 use tokentrace_schemas::Phase;
 use tokentrace_schemas::column::StrEnum;
 use tokentrace_schemas::layout::list_cells;

@@ -7,9 +7,9 @@ use std::path::Path;
 use std::process::Command;
 use std::sync::Arc;
 
-use tokentrace_recorder::gpu::{Nvml, SimulatedGpus};
-use tokentrace_recorder::runner;
-use tokentrace_recorder::session::GpuChoice;
+use tokentrace_recorder::observe::gpu::{Nvml, SimulatedGpus};
+use tokentrace_recorder::run::runner;
+use tokentrace_recorder::run::session::GpuChoice;
 use tokentrace_schemas::column::StrEnum;
 use tokentrace_schemas::layout::{Phase, list_cells};
 use tokentrace_schemas::manifest::{Manifest, fact};

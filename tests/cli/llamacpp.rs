@@ -13,8 +13,8 @@ use std::time::{Duration, Instant};
 use crate::serve::{self, Server};
 use tokentrace_analyzer::contract::{Evidence, Verdict};
 use tokentrace_analyzer::{RuleSet, report, score_dir};
-use tokentrace_recorder::runner;
-use tokentrace_recorder::session::{self, RecordOptions};
+use tokentrace_recorder::run::runner;
+use tokentrace_recorder::run::session::{self, RecordOptions};
 use tokentrace_schemas::layout::list_cells;
 use tokentrace_schemas::raw::RawReader;
 use tokentrace_schemas::reader::read_table;
@@ -415,7 +415,7 @@ async fn a_real_llama_cpp_server_is_recorded_and_analyzed() {
     std::fs::write(&trace, lines.join("\n")).expect("trace");
     let replayed = tmp.path().join("replay");
     let mut opts = options(&server.url, &replayed, Endpoint::Completions);
-    let replay = tokentrace_recorder::replay::ReplayOptions {
+    let replay = tokentrace_recorder::send::replay::ReplayOptions {
         from: trace.clone(),
         format: None,
         time_scale: 1.0,
@@ -424,7 +424,7 @@ async fn a_real_llama_cpp_server_is_recorded_and_analyzed() {
         max_concurrency: None,
         block_tokens: 32,
     };
-    let workload = tokentrace_recorder::replay::load(&replay, &mut |_| {}).expect("workload");
+    let workload = tokentrace_recorder::send::replay::load(&replay, &mut |_| {}).expect("workload");
     opts.modes = vec![session::Mode::Replay];
     opts.replay = Some(session::ReplaySetup {
         opts: replay,

@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use std::process::Child;
 use std::time::{Duration, Instant};
 
-use tokentrace_recorder::cell::SCRAPE_TIMEOUT;
+use tokentrace_recorder::store::cell::SCRAPE_TIMEOUT;
 use tokentrace_schemas::layout::list_cells;
 use tokentrace_schemas::manifest::{CellStatus, Manifest};
 use tokentrace_schemas::reader::read_table;

@@ -8,8 +8,8 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use tokentrace_recorder::runner;
-use tokentrace_recorder::session::{self, RecordOptions};
+use tokentrace_recorder::run::runner;
+use tokentrace_recorder::run::session::{self, RecordOptions};
 use tokentrace_schemas::layout::list_cells;
 use tokentrace_schemas::manifest::{CellStatus, Manifest};
 use tokentrace_schemas::raw::RawReader;

@@ -8,8 +8,8 @@
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-use tokentrace_recorder::runner;
-use tokentrace_recorder::session;
+use tokentrace_recorder::run::runner;
+use tokentrace_recorder::run::session;
 use tokentrace_schemas::manifest::CellStatus;
 use tokentrace_schemas::reader::read_table;
 use tokentrace_schemas::tables::{EndReason, EventKind, Events, Requests};

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use clap::Parser;
 use tokentrace::{Cli, run};
-use tokentrace_recorder::runner;
+use tokentrace_recorder::run::runner;
 use tokentrace_schemas::layout::list_cells;
 use tokentrace_schemas::manifest::{Manifest, TokenCounting};
 use tokentrace_schemas::reader::read_table;

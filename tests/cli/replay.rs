@@ -107,7 +107,7 @@ fn a_recorded_run_replays_request_for_request() {
         assert_eq!(source.sha256.len(), 64);
         assert_eq!(
             source.sha256,
-            tokentrace_recorder::replay::sha256(&bytes),
+            tokentrace_recorder::send::replay::sha256(&bytes),
             "{}",
             file.display()
         );

@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use tokentrace_recorder::store::RunStore;
+use tokentrace_recorder::store::bucket::RunStore;
 use tokentrace_sim::{Profile, SimServer};
 
 const KEY_ID: &str = "tokentrace-test-key";

@@ -6,8 +6,8 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use tokentrace_analyzer::{RuleSet, score_dir};
-use tokentrace_recorder::runner;
-use tokentrace_recorder::session::{self, RecordOptions};
+use tokentrace_recorder::run::runner;
+use tokentrace_recorder::run::session::{self, RecordOptions};
 use tokentrace_schemas::layout::{Phase, list_cells};
 use tokentrace_schemas::reader::read_table;
 use tokentrace_schemas::tables::{Endpoint, EventKind, Events, Requests, Role};

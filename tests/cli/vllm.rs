@@ -14,8 +14,8 @@ use std::time::{Duration, Instant};
 use crate::serve::{self, Server};
 use tokentrace_analyzer::contract::Verdict;
 use tokentrace_analyzer::{RuleSet, report, score_dir};
-use tokentrace_recorder::runner;
-use tokentrace_recorder::session::{self, RecordOptions};
+use tokentrace_recorder::run::runner;
+use tokentrace_recorder::run::session::{self, RecordOptions};
 use tokentrace_schemas::Phase;
 use tokentrace_schemas::layout::list_cells;
 use tokentrace_schemas::manifest::Manifest;
@@ -442,7 +442,7 @@ async fn replay_shared_prefixes(server: &Server, tmp: &Path, block: u32) {
     std::fs::write(&trace, lines.join("\n")).expect("trace");
     let out = tmp.join("replay");
     let mut opts = options(&server.url, &out, Endpoint::Completions);
-    let replay = tokentrace_recorder::replay::ReplayOptions {
+    let replay = tokentrace_recorder::send::replay::ReplayOptions {
         from: trace.clone(),
         format: None,
         time_scale: 1.0,
@@ -451,7 +451,7 @@ async fn replay_shared_prefixes(server: &Server, tmp: &Path, block: u32) {
         max_concurrency: None,
         block_tokens: block,
     };
-    let workload = tokentrace_recorder::replay::load(&replay, &mut |_| {}).expect("workload");
+    let workload = tokentrace_recorder::send::replay::load(&replay, &mut |_| {}).expect("workload");
     opts.modes = vec![session::Mode::Replay];
     opts.replay = Some(session::ReplaySetup {
         opts: replay,

@@ -4,8 +4,8 @@
 
 use std::time::Duration;
 
-use tokentrace_recorder::cell::RunCtx;
 use tokentrace_recorder::schemas::manifest::TokenCounting;
+use tokentrace_recorder::store::cell::RunCtx;
 use tokentrace_schemas::clock::RunClock;
 use tokentrace_schemas::tables::Endpoint;
 
@@ -19,7 +19,7 @@ pub fn run_ctx(url: &str, clock: RunClock) -> Result<RunCtx, String> {
             .map_err(|e| e.to_string())?,
         clock,
         transport: std::sync::Arc::new(
-            tokentrace_recorder::http::Transport::new(&format!("{url}/v1/completions"), &[])
+            tokentrace_recorder::send::http::Transport::new(&format!("{url}/v1/completions"), &[])
                 .map_err(|e| e.to_string())?,
         ),
         endpoint: Endpoint::Completions,

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use crate::session::Progress;
+use crate::run::session::Progress;
 
 /// The `live` view's bars; none when stderr is not a terminal (then lines, as `plain`).
 #[derive(Debug)]

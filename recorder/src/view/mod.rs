@@ -1,16 +1,17 @@
 //! What the user sees while a run records, and what `tokentrace watch` ([`watch`])
 //! shows: the display mode, the view's state ([`state`]), the full-screen view
 //! ([`screen`]) and the line views ([`line`]), drawn from the runner's progress and the
-//! gauges the scraper publishes ([`crate::gauges`]).
+//! gauges the scraper publishes ([`crate::observe::gauges`]).
 
 pub mod line;
 pub mod screen;
 pub mod state;
+pub mod steer;
 pub mod watch;
 
 use std::sync::Mutex;
 
-pub use crate::gauges::{Feed, Gauges, SERIES_POINTS, Series};
+pub use crate::observe::gauges::{Feed, Gauges, SERIES_POINTS, Series};
 
 /// How a recording shows itself (the reference tool's names).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -111,7 +112,7 @@ pub struct View {
 
 impl View {
     /// A view in `mode` of the recording `opts` describe; the screen's keys steer it.
-    pub fn new(mode: DisplayMode, opts: &crate::session::RecordOptions) -> View {
+    pub fn new(mode: DisplayMode, opts: &crate::run::session::RecordOptions) -> View {
         let state = std::sync::Arc::new(Mutex::new(state::State::default()));
         let mut view = View {
             mode,
@@ -176,8 +177,8 @@ impl View {
     }
 
     /// Hears one step of the recording.
-    pub fn show(&mut self, p: crate::session::Progress) {
-        use crate::session::Progress;
+    pub fn show(&mut self, p: crate::run::session::Progress) {
+        use crate::run::session::Progress;
         use tokentrace_schemas::manifest::CellStatus;
         if self.mode == DisplayMode::Plain {
             self.lines.show(&p, None);

@@ -16,7 +16,7 @@ use tokentrace_score::live::Board;
 
 use super::state::State;
 use super::{DisplayMode, Gauges, screen};
-use crate::store::RunStore;
+use crate::store::bucket::RunStore;
 
 /// Where the run is.
 #[derive(Debug)]

@@ -4,9 +4,11 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use serde_json::json;
-use tokentrace_recorder::cell::{self, CLIENT_CPU_METRIC, CLIENT_LAG_METRIC, CellPlan, RunCtx};
-use tokentrace_recorder::http::Transport;
 use tokentrace_recorder::schemas::manifest::TokenCounting;
+use tokentrace_recorder::send::http::Transport;
+use tokentrace_recorder::store::cell::{
+    self, CLIENT_CPU_METRIC, CLIENT_LAG_METRIC, CellPlan, RunCtx,
+};
 use tokentrace_schemas::clock::RunClock;
 use tokentrace_schemas::protocol::Drain;
 use tokentrace_schemas::protocol::{LATE_TICK_MS, LagStat};

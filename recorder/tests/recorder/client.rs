@@ -7,11 +7,11 @@ use std::time::Duration;
 use serde_json::json;
 use std::sync::Arc;
 
-use tokentrace_recorder::client::{self, Lane};
-use tokentrace_recorder::http::Transport;
-use tokentrace_recorder::queue::Record;
-use tokentrace_recorder::request::RequestSpec;
 use tokentrace_recorder::schemas::manifest::TokenCounting;
+use tokentrace_recorder::send::client::{self, Lane};
+use tokentrace_recorder::send::http::Transport;
+use tokentrace_recorder::send::request::RequestSpec;
+use tokentrace_recorder::store::queue::Record;
 use tokentrace_schemas::clock::RunClock;
 use tokentrace_schemas::tables::{ChunkKind, ChunkRow, EndReason, Endpoint, RequestRow, Role};
 use tokentrace_sim::keepalive::{CloseStyle, KeepAlive};
@@ -81,7 +81,7 @@ async fn record_on(
     cancel_after: Option<Duration>,
 ) -> Recorded {
     let clock = RunClock::start();
-    let (tx, mut rx) = tokentrace_recorder::queue::queue(64, 1 << 20);
+    let (tx, mut rx) = tokentrace_recorder::store::queue::queue(64, 1 << 20);
     let (cancel_tx, cancel_rx) = watch::channel(false);
     if let Some(after) = cancel_after {
         tokio::spawn(async move {

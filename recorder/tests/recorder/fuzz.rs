@@ -5,8 +5,8 @@
 //! Cases: `PROPTEST_CASES` (256 in CI; `bench/fuzz.sh` runs 10 million).
 
 use proptest::prelude::*;
-use tokentrace_recorder::http::{BodyDecoder, BodyKind, parse_head};
-use tokentrace_recorder::scrape::parse_exposition;
+use tokentrace_recorder::observe::scrape::parse_exposition;
+use tokentrace_recorder::send::http::{BodyDecoder, BodyKind, parse_head};
 
 use crate::fixture;
 

@@ -1,6 +1,6 @@
 //! Response heads and bodies as the transport decodes them, under any read split.
 
-use tokentrace_recorder::http::{BodyDecoder, BodyKind, parse_head};
+use tokentrace_recorder::send::http::{BodyDecoder, BodyKind, parse_head};
 
 /// Decodes `body` fed in pieces of `piece` bytes; returns the payload and the bytes left
 /// after the body's end.
@@ -93,7 +93,7 @@ fn heads() {
 async fn reads_carry_how_long_their_bytes_waited() {
     use std::io::Write;
     use std::time::Duration;
-    use tokentrace_recorder::http::Transport;
+    use tokentrace_recorder::send::http::Transport;
 
     let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
     let url = format!(
@@ -104,7 +104,7 @@ async fn reads_carry_how_long_their_bytes_waited() {
     let mut conn = transport.connect().await.expect("connect");
     let (mut server, _) = listener.accept().expect("accept");
     // One read, or a failure after 5 s.
-    async fn read(conn: &mut tokentrace_recorder::http::Conn) -> usize {
+    async fn read(conn: &mut tokentrace_recorder::send::http::Conn) -> usize {
         tokio::time::timeout(Duration::from_secs(5), conn.read_more())
             .await
             .expect("the read returns: bytes waiting are read, not waited for")

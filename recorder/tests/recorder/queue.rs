@@ -2,8 +2,8 @@
 //! record heavier than the whole bound still passes, and a gone writer frees waiters.
 
 use futures_util::FutureExt;
-use tokentrace_recorder::queue::Record;
-use tokentrace_recorder::queue::{Closed, Empty, queue, weight};
+use tokentrace_recorder::store::queue::Record;
+use tokentrace_recorder::store::queue::{Closed, Empty, queue, weight};
 
 fn read(bytes: usize) -> Record {
     Record::Read {

@@ -1,6 +1,6 @@
 //! Prometheus text into long-format metric rows.
 
-use tokentrace_recorder::scrape::parse_exposition;
+use tokentrace_recorder::observe::scrape::parse_exposition;
 use tokentrace_schemas::tables::MetricType;
 
 use crate::fixture;
@@ -168,7 +168,7 @@ async fn bodies_past_the_cap_are_refused() {
     let mut resp = reqwest::get(format!("http://{addr}/metrics"))
         .await
         .expect("head");
-    let err = tokentrace_recorder::scrape::read_body(&mut resp, 16 << 20)
+    let err = tokentrace_recorder::observe::scrape::read_body(&mut resp, 16 << 20)
         .await
         .expect_err("over the cap");
     assert_eq!(err, "body over 16777216 bytes");

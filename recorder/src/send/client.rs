@@ -17,9 +17,9 @@ use tokio::sync::{oneshot, watch};
 use tokentrace_wire::Counting;
 pub use tokentrace_wire::MAX_ERROR_BODY;
 
-use crate::http::{BodyDecoder, Conn, Transport, parse_head};
-use crate::queue::Record;
-use crate::request::RequestSpec;
+use crate::send::http::{BodyDecoder, Conn, Transport, parse_head};
+use crate::send::request::RequestSpec;
+use crate::store::queue::Record;
 
 /// How a request is run, beyond what it is.
 #[derive(Debug)]
@@ -171,7 +171,7 @@ pub async fn run(
     spec: &RequestSpec,
     ctl: RunCtl,
     clock: &RunClock,
-    out: &crate::queue::Sender,
+    out: &crate::store::queue::Sender,
 ) -> Ran {
     let RunCtl {
         counting,
@@ -277,7 +277,7 @@ pub async fn run(
 struct Req<'a> {
     asm: Assembler,
     clock: &'a RunClock,
-    out: &'a crate::queue::Sender,
+    out: &'a crate::store::queue::Sender,
     first_token: Option<oneshot::Sender<i64>>,
 }
 

@@ -1,4 +1,4 @@
-//! The cell loop: with the run set up ([`crate::session`]), per context build the prompt
+//! The cell loop: with the run set up ([`crate::run::session`]), per context build the prompt
 //! and record its cells (prefill scout and decode cells, burst cells, rate cells, replay
 //! cells, as the modes ask), updating the manifest as each cell commits. `resume` skips
 //! cells already complete and redoes the rest.
@@ -12,13 +12,13 @@ use tokentrace_schemas::manifest::{CellStatus, Manifest, PrefillMode};
 use tokentrace_schemas::tables::Endpoint;
 use tokentrace_schemas::{CellKey, Phase};
 
-use crate::cell::{self, CellError, CellPlan};
-use crate::prompt::{self, PromptError};
-use crate::queue::Record;
-use crate::request::stream_body;
-use crate::session::{
+use crate::run::session::{
     self, DEFAULT_BURST_REQUESTS, Opened, Progress, RecordError, RecordOptions, Session,
 };
+use crate::send::prompt::{self, PromptError};
+use crate::send::request::stream_body;
+use crate::store::cell::{self, CellError, CellPlan};
+use crate::store::queue::Record;
 
 /// Request ids of cell k start at k × this (unique within the run, stable on resume).
 pub const REQUEST_ID_STRIDE: i64 = 1_000_000_000;
@@ -241,7 +241,7 @@ fn fail(s: &mut Session, opts: &RecordOptions, i: usize, why: &str) -> Result<()
 /// (written into the first cell this session records).
 struct Plans {
     prompts: BTreeMap<u32, (Value, u32)>,
-    replay_prompts: Option<Arc<crate::replay::Prompts>>,
+    replay_prompts: Option<Arc<crate::send::replay::Prompts>>,
     probe_records: Option<Vec<Record>>,
 }
 
@@ -290,9 +290,14 @@ impl Plans {
             Some(p) => p.clone(),
             None => {
                 let pool = replay_pool(&s.client, &opts.target, &s.manifest, &s.nonce).await?;
-                let block_tokens =
-                    replay.map_or(crate::replay::DEFAULT_BLOCK_TOKENS, |r| r.block_tokens);
-                let p = Arc::new(crate::replay::Prompts::new(pool, &s.nonce, block_tokens));
+                let block_tokens = replay.map_or(crate::send::replay::DEFAULT_BLOCK_TOKENS, |r| {
+                    r.block_tokens
+                });
+                let p = Arc::new(crate::send::replay::Prompts::new(
+                    pool,
+                    &s.nonce,
+                    block_tokens,
+                ));
                 self.replay_prompts = Some(p.clone());
                 p
             }
@@ -309,7 +314,7 @@ impl Plans {
             model: s.manifest.model.clone(),
             max_concurrency: replay.and_then(|r| r.max_concurrency),
         });
-        let prime = crate::replay::Item {
+        let prime = crate::send::replay::Item {
             source_row: 0,
             trace_ns: 0,
             offset_ns: 0,

@@ -9,12 +9,12 @@ use serde_json::{Value, json};
 use tokentrace_schemas::manifest::{EngineInfo, ServerCapabilities, TokenCounting, TokenizeShape};
 use tokentrace_schemas::tables::Endpoint;
 
-use crate::client::{self, Lane, RunCtl};
-use crate::control::{MAX_ANSWER_BYTES, get_tokenize, join, send_retried};
-use crate::http::Transport;
-use crate::queue::Record;
-use crate::request::{RequestSpec, stream_body};
-use crate::scrape::read_body;
+use crate::observe::scrape::read_body;
+use crate::send::client::{self, Lane, RunCtl};
+use crate::send::control::{MAX_ANSWER_BYTES, get_tokenize, join, send_retried};
+use crate::send::http::Transport;
+use crate::send::request::{RequestSpec, stream_body};
+use crate::store::queue::Record;
 use tokentrace_schemas::clock::RunClock;
 use tokentrace_schemas::tables::Role;
 use tokentrace_wire::Seen;
@@ -118,7 +118,7 @@ pub async fn probe(
     let metrics_text =
         match send_retried(|| client.get(&metrics_url).timeout(Duration::from_secs(10))).await {
             Ok(mut r) if r.status().is_success() => {
-                read_body(&mut r, crate::scrape::MAX_SCRAPE_BYTES)
+                read_body(&mut r, crate::observe::scrape::MAX_SCRAPE_BYTES)
                     .await
                     .ok()
                     .map(|b| String::from_utf8_lossy(&b).into_owned())
@@ -126,7 +126,7 @@ pub async fn probe(
             _ => None,
         };
     let metrics_ok = metrics_text.as_deref().is_some_and(|t| {
-        crate::scrape::parse_exposition(t, 0, 0).is_ok_and(|rows| !rows.is_empty())
+        crate::observe::scrape::parse_exposition(t, 0, 0).is_ok_and(|rows| !rows.is_empty())
     });
     if engine.name.is_none()
         && let Some(t) = &metrics_text
@@ -248,14 +248,16 @@ async fn facts(
     (max_model_len, max_model_len_source): (Option<u32>, Option<&str>),
     metrics_text: Option<&str>,
 ) -> Vec<tokentrace_schemas::manifest::Fact> {
-    let mut facts = version.map(crate::facts::from_version).unwrap_or_default();
+    let mut facts = version
+        .map(crate::observe::facts::from_version)
+        .unwrap_or_default();
     for (path, extract) in [
         (
             "/get_server_info",
-            crate::facts::from_sglang as fn(&Value) -> _,
+            crate::observe::facts::from_sglang as fn(&Value) -> _,
         ),
-        ("/info", crate::facts::from_tgi),
-        ("/props", crate::facts::from_llamacpp),
+        ("/info", crate::observe::facts::from_tgi),
+        ("/props", crate::observe::facts::from_llamacpp),
     ] {
         if let Ok(v) = get_json(client, &join(base, path)).await {
             facts.extend(extract(&v));
@@ -268,12 +270,14 @@ async fn facts(
             format!("probe ({source})"),
         ));
     }
-    if let Some(rows) = metrics_text.and_then(|t| crate::scrape::parse_exposition(t, 0, 0).ok()) {
-        facts.extend(crate::facts::from_info_series(&rows));
+    if let Some(rows) =
+        metrics_text.and_then(|t| crate::observe::scrape::parse_exposition(t, 0, 0).ok())
+    {
+        facts.extend(crate::observe::facts::from_info_series(&rows));
     }
-    let mut facts = crate::facts::merge(facts);
-    if let Some(kv) = crate::facts::kv_budget(&facts) {
-        facts = crate::facts::merge(facts.into_iter().chain([kv]));
+    let mut facts = crate::observe::facts::merge(facts);
+    if let Some(kv) = crate::observe::facts::kv_budget(&facts) {
+        facts = crate::observe::facts::merge(facts.into_iter().chain([kv]));
     }
 
     facts
@@ -284,7 +288,7 @@ async fn tokenize_shape(
     client: &reqwest::Client,
     base: &str,
     model: &str,
-) -> Result<Option<TokenizeShape>, crate::control::Unanswered> {
+) -> Result<Option<TokenizeShape>, crate::send::control::Unanswered> {
     // A shape counts only when "hello" gives tokens: llama.cpp answers the vLLM shape
     // with an empty list (it ignores fields it does not know).
     let gives = |t: Option<Vec<u64>>| t.is_some_and(|t| !t.is_empty());
@@ -320,7 +324,7 @@ async fn probe_stream(
         max_tokens: Some(4),
         scheduled_ns: None,
     };
-    let (tx, mut rx) = crate::queue::queue(1024, crate::queue::QUEUE_BYTES);
+    let (tx, mut rx) = crate::store::queue::queue(1024, crate::store::queue::QUEUE_BYTES);
     let (_cancel_tx, cancel) = tokio::sync::watch::channel(false);
     let ctl = RunCtl {
         counting: tokentrace_wire::Counting::Auto,

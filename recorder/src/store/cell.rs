@@ -18,20 +18,21 @@ use tokentrace_schemas::writer::CellWriter;
 use tokentrace_schemas::{CellKey, Phase};
 use tokio::sync::{Notify, oneshot, watch};
 
-use crate::client::{self, Lane, RunCtl};
-use crate::gauges::Outcomes;
-use crate::http::Transport;
-use crate::pace::{AfterRefusal, GaveUp, Pacer};
-use crate::queue::Record;
-use crate::request::{Body, RequestSpec};
-use crate::{queue, scrape};
+use crate::observe::gauges::Outcomes;
+use crate::observe::scrape;
+use crate::send::client::{self, Lane, RunCtl};
+use crate::send::http::Transport;
+use crate::send::pace::{AfterRefusal, GaveUp, Pacer};
+use crate::send::request::{Body, RequestSpec};
+use crate::store::queue;
+use crate::store::queue::Record;
 use tokentrace_schemas::manifest::TokenCounting;
 
 /// How long the writer thread sleeps when the queue is empty, unless a sender finds it
 /// half full or commits the cell. Each wake-up is a context switch whatever the rate (a
 /// 5 ms poll cost 5% of the recorder's whole-run CPU at 20 req/s, and 50 ms still 5% of
 /// its CPU per event during the load, BENCHMARKS.md); the queue's bounds, not this
-/// period, cap memory. The views draw every [`crate::gauges::LANES_EVERY`] or slower,
+/// period, cap memory. The views draw every [`crate::observe::gauges::LANES_EVERY`] or slower,
 /// so they miss nothing by it.
 pub const WRITER_POLL: Duration = Duration::from_millis(250);
 /// Period of the tick whose lateness measures the recorder's own delay. The share of ticks
@@ -100,11 +101,11 @@ pub struct RunCtx {
     /// The session's cell writers.
     pub writers: Arc<Writers>,
     /// GPU telemetry, sampled with every scrape; `None` without NVML.
-    pub gpus: Option<Arc<dyn crate::gpu::GpuSource>>,
+    pub gpus: Option<Arc<dyn crate::observe::gpu::GpuSource>>,
     /// The user's keys (skip the cell under way).
-    pub steer: Arc<crate::steer::Steer>,
+    pub steer: Arc<crate::view::steer::Steer>,
     /// What the live view shows of the server's gauges, from each scrape.
-    pub feed: Arc<crate::gauges::Feed>,
+    pub feed: Arc<crate::observe::gauges::Feed>,
 }
 
 /// The cell writers of a recording session: how many still run, and whether the session
@@ -142,7 +143,7 @@ pub struct CellPlan {
     pub rate: Option<tokentrace_schemas::manifest::RateConfig>,
     /// Each measured request's own prompt (burst and rate cells); `None`: all share
     /// `body`.
-    pub variants: Option<Arc<crate::prompt::Variants>>,
+    pub variants: Option<Arc<crate::send::prompt::Variants>>,
     /// Records to write into the cell before its own (the run's probe request).
     pub preamble: Vec<Record>,
     /// A replay cell's workload.
@@ -322,7 +323,7 @@ fn writer_loop(
     mut rx: queue::Receiver,
     tokens: Arc<AtomicU64>,
     stop: &AtomicBool,
-    feed: &crate::gauges::Feed,
+    feed: &crate::observe::gauges::Feed,
     key: CellKey,
 ) -> Result<Recorded, CellError> {
     let label = key.to_string();
@@ -478,7 +479,7 @@ pub struct Recorded {
 /// (`stat="max"` and `stat="mean"`), and one for the last partial second at `stop`.
 async fn tick_lateness(tx: queue::Sender, clock: RunClock, mut stop: watch::Receiver<bool>) {
     // A timerfd on Linux (alarm.rs): exact, and no re-arming at each tick.
-    let mut ticker = crate::alarm::Ticker::new(LAG_TICK);
+    let mut ticker = crate::send::alarm::Ticker::new(LAG_TICK);
     let mut window_start = clock.now_ns();
     let (mut max, mut sum, mut n) = (0.0f64, 0.0f64, 0u32);
     let mut over = [0u32; LATE_TICK_MS.len()];
@@ -1044,8 +1045,8 @@ pub async fn record_rate(ctx: &RunCtx, plan: &CellPlan, run: &Path) -> Result<Re
 /// A replay cell's workload, ready to send.
 #[derive(Debug)]
 pub struct ReplayPlan {
-    pub items: Vec<crate::replay::Item>,
-    pub prompts: Arc<crate::replay::Prompts>,
+    pub items: Vec<crate::send::replay::Item>,
+    pub prompts: Arc<crate::send::replay::Prompts>,
     pub model: String,
     pub max_concurrency: Option<u32>,
 }
@@ -1053,9 +1054,9 @@ pub struct ReplayPlan {
 impl ReplayPlan {
     /// The request body of `item`: its prompt ids, its output length as `max_tokens`
     /// (with `ignore_eos`, as every body of the run).
-    pub fn body(&self, item: &crate::replay::Item) -> bytes::Bytes {
+    pub fn body(&self, item: &crate::send::replay::Item) -> bytes::Bytes {
         const MARK: &str = "\"@@tokentrace-replay-prompt@@\"";
-        let head = crate::request::stream_body(
+        let head = crate::send::request::stream_body(
             &self.model,
             Endpoint::Completions,
             &serde_json::Value::String(MARK.trim_matches('"').to_string()),
@@ -1164,7 +1165,7 @@ where
         let (cell, slots, idle, mut cancel) =
             (cell.clone(), slots.clone(), idle.clone(), cancel_rx.clone());
         tokio::spawn(async move {
-            let mut alarm = crate::alarm::Alarm::new();
+            let mut alarm = crate::send::alarm::Alarm::new();
             // The schedule's zero: request i is due `offset_i` after it.
             let zero_ns = cell.ctx.clock.now_ns();
             let zero = Instant::now();

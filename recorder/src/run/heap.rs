@@ -18,9 +18,9 @@ use std::num::NonZeroUsize;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 /// Bytes of heap touched before the first request, shared by the runtime's workers: the
-/// writer queue's bound ([`crate::queue::QUEUE_BYTES`]), which covers what a cell of 400
+/// writer queue's bound ([`crate::store::queue::QUEUE_BYTES`]), which covers what a cell of 400
 /// requests at 20 req/s holds.
-pub const PREFAULT_BYTES: usize = crate::queue::QUEUE_BYTES;
+pub const PREFAULT_BYTES: usize = crate::store::queue::QUEUE_BYTES;
 
 /// The allocator took the settings [`prepare`] gives it.
 static READY: AtomicBool = AtomicBool::new(false);
@@ -113,7 +113,7 @@ mod tests {
             let out = std::process::Command::new(me)
                 .args([
                     "--exact",
-                    "heap::tests::the_prefaulted_block_stays_resident_after_it_is_freed",
+                    "run::heap::tests::the_prefaulted_block_stays_resident_after_it_is_freed",
                     "--nocapture",
                     "--test-threads=1",
                 ])

@@ -6,7 +6,7 @@
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use crate::client::Refusal;
+use crate::send::client::Refusal;
 
 /// The first backoff after a refusal; it doubles with each refusal in a row …
 pub const BACKOFF_FIRST: Duration = Duration::from_millis(100);

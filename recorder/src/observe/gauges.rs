@@ -392,7 +392,7 @@ impl Lanes {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::scrape::parse_exposition;
+    use crate::observe::scrape::parse_exposition;
 
     fn scrape(text: &str) -> Vec<MetricRow> {
         parse_exposition(text, 0, 1).expect("parses")
@@ -434,7 +434,7 @@ mod tests {
 
     #[test]
     fn llama_cpp_metrics_give_running_and_waiting_only() {
-        let text = include_str!("../../fixtures/sse/llamacpp-metrics.txt");
+        let text = include_str!("../../../fixtures/sse/llamacpp-metrics.txt");
         let mut g = Gauges::default();
         g.scraped(&scrape(text));
         assert_eq!(g.running.0.len(), 1);

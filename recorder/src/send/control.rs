@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use serde_json::Value;
 
-use crate::scrape::read_body;
+use crate::observe::scrape::read_body;
 
 /// The most of a JSON answer (`/v1/models`, `/version`, `/tokenize`, ...) the probe
 /// reads: token ids of a 1M-token prompt fit.

@@ -7,14 +7,14 @@ use std::sync::Arc;
 use serde_json::{Value, json};
 use tokentrace_schemas::tables::{Endpoint, Role};
 
-use crate::control::join;
+use crate::send::control::join;
 
 /// A request's JSON body: the one its cell shares, or its own variant of the cell's
-/// prompt (burst and rate cells: [`crate::prompt::Variants`]).
+/// prompt (burst and rate cells: [`crate::send::prompt::Variants`]).
 #[derive(Debug, Clone)]
 pub enum Body {
     Shared(bytes::Bytes),
-    Variant(Arc<crate::prompt::Variants>, u64),
+    Variant(Arc<crate::send::prompt::Variants>, u64),
 }
 
 impl From<bytes::Bytes> for Body {

@@ -103,8 +103,8 @@ impl Transport {
 
     /// The bytes of one request with `body` (a variant is written straight into them:
     /// no body of its own outlives the write).
-    pub fn request_bytes(&self, body: &crate::request::Body) -> Vec<u8> {
-        use crate::request::Body;
+    pub fn request_bytes(&self, body: &crate::send::request::Body) -> Vec<u8> {
+        use crate::send::request::Body;
         use std::borrow::Cow;
         let parts = match body {
             Body::Shared(b) => [

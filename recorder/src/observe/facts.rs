@@ -299,7 +299,7 @@ mod tests {
 
     #[test]
     fn info_series_labels_become_facts() {
-        let rows = crate::scrape::parse_exposition(
+        let rows = crate::observe::scrape::parse_exposition(
             "# TYPE vllm:cache_config_info gauge\n\
              vllm:cache_config_info{block_size=\"16\",cache_dtype=\"fp8\",enable_prefix_caching=\"True\",quantization=\"None\",model=\"a\\\"b\"} 1.0\n\
              # TYPE vllm:num_requests_running gauge\nvllm:num_requests_running{model_name=\"x\"} 3\n",
@@ -331,7 +331,7 @@ mod tests {
     #[test]
     fn vllms_whole_config_series_gives_only_the_common_facts() {
         let dump = "x".repeat(500);
-        let rows = crate::scrape::parse_exposition(
+        let rows = crate::observe::scrape::parse_exposition(
             &format!(
                 "# TYPE vllm:vllm_config_info gauge\n\
                  vllm:vllm_config_info{{cache_config_cache_dtype=\"fp8\",model_config_quantization=\"modelopt_fp4\",\
@@ -393,7 +393,7 @@ mod tests {
 
     #[test]
     fn the_kv_budget_from_each_engine() {
-        let vllm = crate::scrape::parse_exposition(
+        let vllm = crate::observe::scrape::parse_exposition(
             "# TYPE vllm:cache_config_info gauge
              vllm:cache_config_info{block_size=\"16\",num_gpu_blocks=\"2187\"} 1.0
 ",

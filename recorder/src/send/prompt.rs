@@ -9,7 +9,7 @@ use serde_json::{Value, json};
 use tokentrace_schemas::manifest::TokenizeShape;
 use tokentrace_schemas::tables::Endpoint;
 
-use crate::control::{Unanswered, get_tokenize, post_json};
+use crate::send::control::{Unanswered, get_tokenize, post_json};
 
 /// Why a prompt could not be built.
 #[derive(Debug, thiserror::Error)]
@@ -245,7 +245,7 @@ enum Vary {
 }
 
 impl Variants {
-    /// Variants of `body` (a [`crate::request::stream_body`]); `None` when its prompt is
+    /// Variants of `body` (a [`crate::send::request::stream_body`]); `None` when its prompt is
     /// too short to vary.
     pub fn new(body: &Value, endpoint: Endpoint) -> Option<Self> {
         let mut marked = body.clone();
@@ -367,7 +367,7 @@ impl Variants {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::request::stream_body;
+    use crate::send::request::stream_body;
 
     #[test]
     fn completion_variants_differ_at_the_start_and_keep_every_other_id() {

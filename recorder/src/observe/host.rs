@@ -79,7 +79,7 @@ pub fn facts() -> Vec<Fact> {
     if let Some(b) = read("/proc/meminfo").as_deref().and_then(memory_bytes) {
         out.push(Fact::new(
             "host.memory",
-            crate::gpu::gib(b),
+            crate::observe::gpu::gib(b),
             "/proc/meminfo",
         ));
     }

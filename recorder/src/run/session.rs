@@ -1,6 +1,6 @@
 //! A run's setup, resolved once before any cell: the options, the folder (new, resumed, or
 //! downloaded from the object store), the probe, the facts, the manifest (new or resumed)
-//! and the settings a resumed run keeps. [`crate::runner`] then only loops over cells.
+//! and the settings a resumed run keeps. [`crate::run::runner`] then only loops over cells.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -15,14 +15,14 @@ use tokentrace_schemas::redact::{redact_command, redact_url};
 use tokentrace_schemas::tables::Endpoint;
 use tokentrace_schemas::{CellKey, Phase, SCHEMA_VERSION};
 
-use crate::cell::{self, RunCtx};
-use crate::http::Transport;
-use crate::probe::{self, ProbeError, ServerInfo};
-use crate::prompt::PromptError;
-use crate::queue::Record;
-use crate::replay::Workload;
-use crate::request::endpoint_url;
-use crate::store::RunStore;
+use crate::observe::probe::{self, ProbeError, ServerInfo};
+use crate::send::http::Transport;
+use crate::send::prompt::PromptError;
+use crate::send::replay::Workload;
+use crate::send::request::endpoint_url;
+use crate::store::bucket::RunStore;
+use crate::store::cell::{self, RunCtx};
+use crate::store::queue::Record;
 
 /// Defaults of the reference methodology.
 pub const DEFAULT_CONTEXTS: [u32; 5] = [8192, 16384, 32768, 65536, 131072];
@@ -96,9 +96,9 @@ pub struct RecordOptions {
     /// interrupt stops them and waits for none to run before it settles the manifest.
     pub writers: Arc<cell::Writers>,
     /// The user's keys: skip the cell under way, pause before the next.
-    pub steer: Arc<crate::steer::Steer>,
+    pub steer: Arc<crate::view::steer::Steer>,
     /// The server's gauges as scraped, for the live view.
-    pub feed: Arc<crate::gauges::Feed>,
+    pub feed: Arc<crate::observe::gauges::Feed>,
     /// With --resume: record again the cells the user skipped.
     pub retry_skipped: bool,
     /// Where GPU facts and telemetry come from.
@@ -126,8 +126,8 @@ pub struct RecordOptions {
 /// A replay's settings and its workload, read before any request.
 #[derive(Debug, Clone)]
 pub struct ReplaySetup {
-    pub opts: crate::replay::ReplayOptions,
-    pub workload: Arc<crate::replay::Workload>,
+    pub opts: crate::send::replay::ReplayOptions,
+    pub workload: Arc<crate::send::replay::Workload>,
 }
 
 /// Where GPU facts and telemetry come from.
@@ -139,14 +139,14 @@ pub enum GpuChoice {
     /// None (`--gpu-telemetry off`).
     Off,
     /// This source (a simulated box for tests and the built-in simulator).
-    Given(Arc<dyn crate::gpu::GpuSource>),
+    Given(Arc<dyn crate::observe::gpu::GpuSource>),
 }
 
 impl GpuChoice {
     /// The source, or why there is none.
-    fn open(&self) -> Result<Arc<dyn crate::gpu::GpuSource>, String> {
+    fn open(&self) -> Result<Arc<dyn crate::observe::gpu::GpuSource>, String> {
         match self {
-            GpuChoice::Auto => crate::gpu::Nvml::load().map(|n| Arc::new(n) as _),
+            GpuChoice::Auto => crate::observe::gpu::Nvml::load().map(|n| Arc::new(n) as _),
             GpuChoice::Off => Err("turned off (--gpu-telemetry off)".to_string()),
             GpuChoice::Given(g) => Ok(g.clone()),
         }
@@ -173,7 +173,7 @@ pub enum RecordError {
     #[error("cannot build the HTTP client: {0}")]
     Client(String),
     #[error(transparent)]
-    Store(#[from] crate::store::StoreError),
+    Store(#[from] crate::store::bucket::StoreError),
     #[error(
         "the run is complete in {0}, but uploading it failed: {1}; `--resume` with the same --out and --upload sends the rest"
     )]
@@ -188,7 +188,7 @@ fn cell_list(
     limit: Option<u32>,
     source: Option<&str>,
     kv: Option<(u64, &str)>,
-    workload: Option<&crate::replay::Workload>,
+    workload: Option<&crate::send::replay::Workload>,
 ) -> Vec<CellEntry> {
     let mut cells = Vec::new();
     for &ctx in &opts.contexts {
@@ -578,10 +578,10 @@ fn gather_facts(
     opts: &RecordOptions,
     info: &ServerInfo,
     progress: &mut impl FnMut(Progress),
-) -> (Vec<Fact>, Option<Arc<dyn crate::gpu::GpuSource>>) {
+) -> (Vec<Fact>, Option<Arc<dyn crate::observe::gpu::GpuSource>>) {
     let gpus = opts.gpus.open();
     let mut found = info.facts.clone();
-    found.extend(crate::host::facts());
+    found.extend(crate::observe::host::facts());
     match &gpus {
         Ok(g) => {
             let gpu_facts = g.facts();
@@ -597,7 +597,7 @@ fn gather_facts(
         }
         Err(why) => found.push(Fact::new("gpu.telemetry", format!("none: {why}"), "NVML")),
     }
-    let facts = crate::facts::apply_describe(found, &opts.describe);
+    let facts = crate::observe::facts::apply_describe(found, &opts.describe);
     progress(Progress::Line(match &gpus {
         Ok(_) => format!(
             "GPUs: {} × {} · telemetry with every scrape",
@@ -770,7 +770,7 @@ fn kept_settings(
 /// Uploads the complete cells the store lacks and the manifest; on failure, says so
 /// and returns why (the recording goes on: everything is on the local disk).
 pub(crate) async fn sync(
-    store: &crate::store::RunStore,
+    store: &crate::store::bucket::RunStore,
     run: &std::path::Path,
     progress: &mut impl FnMut(Progress),
 ) -> Option<String> {
