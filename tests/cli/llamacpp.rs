@@ -20,6 +20,20 @@ use tokentrace_schemas::raw::RawReader;
 use tokentrace_schemas::reader::read_table;
 use tokentrace_schemas::tables::{Chunks, EndReason, Endpoint, EventKind, Events, Requests, Role};
 
+/// The Python and model fixtures/llamacpp/install.sh installed (a missing install fails
+/// the test that asks, with how to install it).
+pub(crate) fn installed() -> (String, String) {
+    let (Ok(python), Ok(model)) = (
+        std::env::var("TOKENTRACE_LLAMACPP_PYTHON"),
+        std::env::var("TOKENTRACE_LLAMACPP_MODEL"),
+    ) else {
+        panic!(
+            "llama.cpp is not installed: eval \"$(bash fixtures/llamacpp/install.sh)\" sets TOKENTRACE_LLAMACPP_PYTHON and TOKENTRACE_LLAMACPP_MODEL"
+        );
+    };
+    (python, model)
+}
+
 pub(crate) fn start_server(python: &str, model: &str) -> Server {
     serve::spawn(
         python,
@@ -102,14 +116,7 @@ fn prompt_ms(cell: &Path) -> std::collections::BTreeMap<i64, f64> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs llama.cpp: eval \"$(bash fixtures/llamacpp/install.sh)\", then --include-ignored"]
 async fn a_real_llama_cpp_server_is_recorded_and_analyzed() {
-    let (Ok(python), Ok(model)) = (
-        std::env::var("TOKENTRACE_LLAMACPP_PYTHON"),
-        std::env::var("TOKENTRACE_LLAMACPP_MODEL"),
-    ) else {
-        panic!(
-            "llama.cpp is not installed: eval \"$(bash fixtures/llamacpp/install.sh)\" sets TOKENTRACE_LLAMACPP_PYTHON and TOKENTRACE_LLAMACPP_MODEL"
-        );
-    };
+    let (python, model) = installed();
     let mut server = start_server(&python, &model);
     serve::wait_healthy(&mut server, Duration::from_secs(120)).await;
     let tmp = tempfile::tempdir().expect("tempdir");

@@ -71,6 +71,32 @@ impl Recorded {
             .collect()
     }
 
+    /// Faults of the proxy's log that `f` picks.
+    fn hit(&self, f: impl Fn(&Hit) -> bool) -> usize {
+        self.proxy.hits().iter().filter(|(_, h)| f(h)).count()
+    }
+
+    /// The requests that ended for `reason`.
+    fn ended(&self, reason: EndReason) -> Vec<RequestRow> {
+        self.requests()
+            .into_iter()
+            .filter(|q| q.end_reason == reason)
+            .collect()
+    }
+
+    /// Asserts that every request ended for one of `allowed`.
+    fn only_ended(&self, allowed: &[EndReason]) {
+        for q in self.requests() {
+            assert!(
+                allowed.contains(&q.end_reason),
+                "request {}: {:?} {:?}",
+                q.request_id,
+                q.end_reason,
+                q.error
+            );
+        }
+    }
+
     fn reasons(&self) -> BTreeMap<EndReason, usize> {
         let mut m = BTreeMap::new();
         for r in self.requests() {
@@ -305,18 +331,9 @@ fn a_reset_mid_stream_ends_its_request_as_a_disconnect() {
     let fault = Fault::Reset { after: (400, 4000) };
     let r = record_through(tmp.path(), "reset", Plan::streams(fault, 0.5, 11), DECODE);
     accounted(&r, Duration::from_secs(2));
-    let resets = r
-        .proxy
-        .hits()
-        .iter()
-        .filter(|(_, h)| matches!(h, Hit::Reset(_)))
-        .count();
+    let resets = r.hit(|h| matches!(h, Hit::Reset(_)));
     assert!(resets > 0, "the proxy reset nothing");
-    let cut: Vec<RequestRow> = r
-        .requests()
-        .into_iter()
-        .filter(|q| q.end_reason == EndReason::Disconnect)
-        .collect();
+    let cut: Vec<RequestRow> = r.ended(EndReason::Disconnect);
     assert!(!cut.is_empty(), "{:?}\n{}", r.reasons(), r.log);
     for q in &cut {
         let e = q.error.as_deref().unwrap_or("");
@@ -327,21 +344,12 @@ fn a_reset_mid_stream_ends_its_request_as_a_disconnect() {
         );
     }
     assert!(finished(&r) > 0, "{:?}", r.reasons());
-    for q in r.requests() {
-        assert!(
-            matches!(
-                q.end_reason,
-                EndReason::FinishedLength
-                    | EndReason::FinishedStop
-                    | EndReason::Disconnect
-                    | EndReason::Cancelled
-            ),
-            "request {}: {:?} {:?}",
-            q.request_id,
-            q.end_reason,
-            q.error
-        );
-    }
+    r.only_ended(&[
+        EndReason::FinishedLength,
+        EndReason::FinishedStop,
+        EndReason::Disconnect,
+        EndReason::Cancelled,
+    ]);
 }
 
 /// A link that resets every connection at once: the recorder says it cannot reach the
@@ -364,18 +372,9 @@ fn a_half_open_link_ends_its_request_at_the_stall_timeout() {
     let plan = Plan::streams(fault, 0.5, 5);
     let r = record_through(tmp.path(), "half-open", plan, DECODE);
     accounted(&r, Duration::from_secs(2));
-    let held = r
-        .proxy
-        .hits()
-        .iter()
-        .filter(|(_, h)| matches!(h, Hit::HalfOpen(_)))
-        .count();
+    let held = r.hit(|h| matches!(h, Hit::HalfOpen(_)));
     assert!(held > 0, "the proxy held nothing");
-    let stalled: Vec<RequestRow> = r
-        .requests()
-        .into_iter()
-        .filter(|q| q.end_reason == EndReason::StallTimeout)
-        .collect();
+    let stalled: Vec<RequestRow> = r.ended(EndReason::StallTimeout);
     assert!(!stalled.is_empty(), "{:?}\n{}", r.reasons(), r.log);
     for q in &stalled {
         let e = q.error.as_deref().unwrap_or("");
@@ -407,12 +406,7 @@ fn a_ten_second_stall_is_a_stall_timeout_and_the_cell_ends_in_bounds() {
     ];
     let r = record_through(tmp.path(), "stall", Plan::streams(fault, 1.0, 3), &args);
     accounted(&r, Duration::from_secs(6));
-    let stalled = r
-        .proxy
-        .hits()
-        .iter()
-        .filter(|(_, h)| matches!(h, Hit::Stalled(_)))
-        .count();
+    let stalled = r.hit(|h| matches!(h, Hit::Stalled(_)));
     assert!(stalled > 0, "the proxy stalled nothing");
     let reasons = r.reasons();
     assert!(
@@ -531,12 +525,7 @@ fn idle_kept_alive_connections_closed_between_requests_are_replaced() {
     let r = record_through(tmp.path(), "idle", Plan::every(fault, 1), &args);
     assert!(matches!(r.code, Some(0)), "exit {:?}\n{}", r.code, r.log);
     accounted(&r, Duration::from_secs(60));
-    let closed = r
-        .proxy
-        .hits()
-        .iter()
-        .filter(|(_, h)| matches!(h, Hit::IdleClosed))
-        .count();
+    let closed = r.hit(|h| matches!(h, Hit::IdleClosed));
     assert!(closed > 0, "the proxy closed nothing");
     let requests = r.requests();
     let new_connections = requests
@@ -654,14 +643,7 @@ fn snapshot(dir: &Path) -> Vec<(PathBuf, Vec<u8>)> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs llama.cpp: eval \"$(bash fixtures/llamacpp/install.sh)\", then --include-ignored"]
 async fn a_real_llama_cpp_server_behind_bursts_and_resets_loses_nothing() {
-    let (Ok(python), Ok(model)) = (
-        std::env::var("TOKENTRACE_LLAMACPP_PYTHON"),
-        std::env::var("TOKENTRACE_LLAMACPP_MODEL"),
-    ) else {
-        panic!(
-            "llama.cpp is not installed: eval \"$(bash fixtures/llamacpp/install.sh)\" sets TOKENTRACE_LLAMACPP_PYTHON and TOKENTRACE_LLAMACPP_MODEL"
-        );
-    };
+    let (python, model) = crate::llamacpp::installed();
     let mut server = crate::llamacpp::start_server(&python, &model);
     crate::serve::wait_healthy(&mut server, Duration::from_secs(120)).await;
     let upstream: std::net::SocketAddr = server
@@ -712,21 +694,12 @@ async fn a_real_llama_cpp_server_behind_bursts_and_resets_loses_nothing() {
     accounted(&resets, Duration::from_secs(3));
     let hits = resets.proxy.hits().len();
     assert!(hits > 0, "the proxy reset nothing");
-    for q in resets.requests() {
-        assert!(
-            matches!(
-                q.end_reason,
-                EndReason::FinishedLength
-                    | EndReason::FinishedStop
-                    | EndReason::Disconnect
-                    | EndReason::Cancelled
-            ),
-            "request {}: {:?} {:?}",
-            q.request_id,
-            q.end_reason,
-            q.error
-        );
-    }
+    resets.only_ended(&[
+        EndReason::FinishedLength,
+        EndReason::FinishedStop,
+        EndReason::Disconnect,
+        EndReason::Cancelled,
+    ]);
     assert!(
         resets
             .requests()
