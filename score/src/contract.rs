@@ -252,6 +252,7 @@ impl Warning {
             Warning::ReplaySkipped { .. } => "replay_skipped",
             Warning::Content(_) => "content",
             Warning::Connections { .. } => "connections",
+            Warning::Rechunked(_) => "rechunked",
         }
     }
 }
@@ -355,6 +356,52 @@ pub enum Warning {
         max_retries: Option<u32>,
         max_reconnects: Option<u32>,
     },
+    /// "The network re-chunked this stream" (rule `[network]`): requests whose token
+    /// events came many to one read, where a server writes one event per step, so
+    /// something between the server and the recorder held the stream and let it go in
+    /// bursts. Their TTFT and time between tokens are the network's timing.
+    Rechunked(Box<RechunkEvidence>),
+}
+
+/// The evidence of a `rechunked` warning.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RechunkEvidence {
+    /// The fault's class, as the fault proxy and the chaos benchmark name it:
+    /// `buffering` (a proxy that holds a stream and releases it in bursts).
+    pub fault: String,
+    /// The first requests flagged, …
+    pub requests: Vec<RechunkedRequest>,
+    /// … how many more, and of how many requests with enough token events to judge.
+    pub more: usize,
+    pub of: usize,
+    /// The rule: this many token events to a read, on average, or more.
+    pub events_per_read: f64,
+    /// The flagged requests' token events over their reads, all together.
+    pub mean_events_per_read: f64,
+    /// The server's own time between one request's tokens over the window, ms: its mean
+    /// running requests over its generated tokens per second (null without both).
+    pub server_token_interval_ms: Option<f64>,
+    /// Whether TTFT, time between tokens, per-request tok/s and the gaps between
+    /// events leave the flagged requests out.
+    pub excluded_from_latency: bool,
+}
+
+/// A request whose stream the network re-chunked: its token events, the reads they
+/// came in and the most of one read.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RechunkedRequest {
+    pub request_id: i64,
+    pub role: String,
+    pub token_events: i64,
+    pub reads: i64,
+    pub largest_read: i64,
+    /// From its first to its last token event as recorded, ms (against the server's
+    /// pace: token events − 1 steps).
+    pub span_ms: Option<f64>,
+    /// Its TTFT as recorded (through the network's buffer), ms.
+    pub ttft_ms: Option<f64>,
 }
 
 /// What one content check found in one cell: the first requests, with evidence.

@@ -65,6 +65,13 @@ pub struct TokenAgg {
     pub first_token_ns: Option<i64>,
     pub first_token_tokens: i64,
     pub last_token_ns: Option<i64>,
+    /// Events that carried tokens, over the whole stream; the reads they came in (events
+    /// of one read share an arrival time), and the most events of one read. A server
+    /// writes one event per step, so many events to a read mean that something between
+    /// it and the recorder held the stream and let it go in bursts.
+    pub token_events: i64,
+    pub token_reads: i64,
+    pub largest_read: i64,
     /// The same counts from the server's cumulative usage (its increases per event),
     /// when every event that carried tokens also carried the cumulative count.
     pub usage: Option<UsageCount>,
@@ -113,6 +120,8 @@ pub struct Loaded {
     /// Per cell: gaps (ns) between consecutive token events of a request, the later one
     /// inside the window.
     pub gaps: BTreeMap<CellKey, Vec<i64>>,
+    /// Per cell: whose those gaps are, in their order: (request id, how many of them).
+    pub gap_owners: BTreeMap<CellKey, Vec<(i64, usize)>>,
     /// Per cell: the recorder's queueing delay (ns) of every event inside the window.
     pub queue_delays: BTreeMap<CellKey, Vec<i64>>,
     pub events: BTreeMap<CellKey, Vec<EventInfo>>,

@@ -148,6 +148,10 @@ impl<'o> ChunkFold<'o> {
                 out.queue_delays.entry(*key).or_default().extend(o.delays);
             }
             if !o.gaps.is_empty() {
+                out.gap_owners
+                    .entry(*key)
+                    .or_default()
+                    .push((id, o.gaps.len()));
                 out.gaps.entry(*key).or_default().extend(o.gaps);
             }
         }
@@ -177,6 +181,13 @@ struct Agg {
     first_token: Option<i64>,
     first_token_tokens: Option<i64>,
     last_token: Option<i64>,
+    /// Token events, the reads they came in, the most of one read, and the current
+    /// read's arrival and events so far.
+    token_events: i64,
+    token_reads: i64,
+    largest_read: i64,
+    read_at: Option<i64>,
+    read_events: i64,
     /// The highest cumulative count seen, and what its increases add up to (in all,
     /// in the window, of the first increase).
     usage_last: i64,
@@ -233,6 +244,14 @@ impl Agg {
             self.reasoning_tokens += t;
         }
         if t > 0 {
+            self.token_events += 1;
+            if at.is_none() || at != self.read_at {
+                self.token_reads += 1;
+                self.read_events = 0;
+            }
+            self.read_at = at;
+            self.read_events += 1;
+            self.largest_read = self.largest_read.max(self.read_events);
             self.first_token = min(self.first_token);
             self.first_token_tokens.get_or_insert(t);
             self.last_token = match (self.last_token, at) {
@@ -268,6 +287,9 @@ impl Agg {
             first_token_ns: self.first_token,
             first_token_tokens: self.first_token_tokens.unwrap_or(0),
             last_token_ns: self.last_token,
+            token_events: self.token_events,
+            token_reads: self.token_reads,
+            largest_read: self.largest_read,
             usage: continuous.then_some(UsageCount {
                 tokens: self.usage,
                 tokens_in_window: self.usage_in_window,

@@ -11,7 +11,7 @@ use tokentrace_schemas::column::StrEnum;
 use crate::error::{Error, Result};
 
 /// The built-in rule sets: (name, version, TOML text).
-pub const BUILTIN: [(&str, &str, &str); 9] = [
+pub const BUILTIN: [(&str, &str, &str); 10] = [
     // Newest first: a name without a version is its newest.
     (
         "reference",
@@ -24,7 +24,12 @@ pub const BUILTIN: [(&str, &str, &str); 9] = [
         include_str!("../rules/reference-0.6.2.toml"),
     ),
     // Newest first: `default` without a version is the newest.
-    ("default", "1.6.0", include_str!("../rules/default.toml")),
+    ("default", "1.7.0", include_str!("../rules/default.toml")),
+    (
+        "default",
+        "1.6.0",
+        include_str!("../rules/default-1.6.0.toml"),
+    ),
     (
         "default",
         "1.5.0",
@@ -436,6 +441,32 @@ pub struct RuleSet {
     pub content: ContentRules,
     #[serde(default, skip_serializing_if = "ConnectionRules::is_default")]
     pub connections: ConnectionRules,
+    #[serde(default, skip_serializing_if = "NetworkRules::is_default")]
+    pub network: NetworkRules,
+}
+
+/// What the network between the server and the recorder did to a stream (new in default
+/// 1.7.0; earlier sets check nothing here).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct NetworkRules {
+    /// A request whose token events came this many or more to one read, on average, was
+    /// re-chunked by the network (a proxy or port-forward that held the stream and let
+    /// it go in bursts): warning `rechunked`. A server writes one event per step, and a
+    /// recorder that keeps up reads each soon after it is written. Null: no check.
+    pub rechunk_events_per_read: Option<f64>,
+    /// … counted only for requests with at least this many token events.
+    pub rechunk_min_events: u32,
+    /// Leave flagged requests out of TTFT, time between tokens, per-request tok/s and the
+    /// gaps between events (they are the network's timing, not the engine's); total
+    /// tok/s counts their tokens either way.
+    pub rechunk_excludes_latency: bool,
+}
+
+impl NetworkRules {
+    fn is_default(&self) -> bool {
+        *self == NetworkRules::default()
+    }
 }
 
 /// Checks of what the server answered, not how fast (new in default 1.6.0; earlier
@@ -613,6 +644,13 @@ impl RuleSet {
             if tokentrace_schemas::tables::EndReason::parse(r).is_none() {
                 return Err(bad(format!("error.end_reasons: unknown end reason `{r}`")));
             }
+        }
+        if let Some(x) = self.network.rechunk_events_per_read
+            && !(x.is_finite() && x > 1.0)
+        {
+            return Err(bad(format!(
+                "network.rechunk_events_per_read: {x} must be over 1 (one event to a read is a stream as written)"
+            )));
         }
         for (name, f) in [
             (

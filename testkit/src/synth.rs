@@ -117,6 +117,9 @@ pub struct DecodeSpec {
     /// The request with this index prefilled cold: nothing of its prompt was cached,
     /// and its first token comes after `cold_ttft_ns`.
     pub cold: Option<(usize, i64)>,
+    /// The request with this index came through a buffering proxy: each of its events
+    /// arrives at the next multiple of this period (ns) after its send, many to a read.
+    pub buffered: Option<(usize, i64)>,
     /// The writer's batch and row-group sizes (small ones split a cell's tables into
     /// many row groups).
     pub limits: WriterLimits,
@@ -146,6 +149,7 @@ impl DecodeSpec {
             lag_seconds: Vec::new(),
             lag_counts: true,
             cold: None,
+            buffered: None,
             limits: WriterLimits::default(),
         }
     }
@@ -234,12 +238,17 @@ fn gen_request(
             &text,
             (prompt, cum),
         );
-        first_token.get_or_insert(t);
-        last_token = Some(t);
+        // Through a buffer: released at the period's next tick.
+        let at = match spec.buffered.filter(|(i, _)| *i == index) {
+            Some((_, period)) if period > 0 => sent + (t - sent + period - 1) / period * period,
+            _ => t,
+        };
+        first_token.get_or_insert(at);
+        last_token = Some(at);
         let row = ChunkRow {
             request_id: id,
             seq,
-            arrival_ns: t,
+            arrival_ns: at,
             queue_delay_ns: Some(2_000 + rng.below(10_000) as i64),
             bytes: i32::try_from(event.len()).unwrap_or(i32::MAX),
             kind: ChunkKind::Data,
@@ -257,7 +266,7 @@ fn gen_request(
     }
     let failing = spec.failing == Some(index);
     let finished = done >= u64::from(spec.max_tokens) && !failing;
-    let end = t;
+    let end = t.max(last_token.unwrap_or(t));
     // The event that ends the stream: an error event, or `[DONE]`.
     let terminal = |kind: ChunkKind, event: &str, error: Option<&str>| {
         (

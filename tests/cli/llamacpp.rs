@@ -295,6 +295,15 @@ async fn a_real_llama_cpp_server_is_recorded_and_analyzed() {
         for c in s.cells.iter().filter(|c| c.concurrency < 4) {
             assert!(c.verdict.is_some(), "{:?}", c.key());
         }
+        // A direct link re-chunks nothing: a server's events come about one to a read.
+        for c in &s.cells {
+            assert!(
+                !c.warnings.iter().any(|w| w.kind() == "rechunked"),
+                "{:?}: {:?}",
+                c.key(),
+                c.warnings
+            );
+        }
         let report = report::render(&s, report::Format::Markdown);
         assert!(report.contains("## Sustained decode"), "{report}");
         assert!(report.contains("Requests queued"), "{report}");

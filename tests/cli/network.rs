@@ -20,8 +20,12 @@ use tokentrace_testkit::netfault::{Fault, FaultProxy, Hit, Plan};
 
 use crate::misbehave::{finish, free_port, sim, wait_listening};
 
-/// The stall timeout of every recording here.
+/// The stall timeout of every recording of the simulator here.
 const STALL: Duration = Duration::from_secs(3);
+/// The stall timeout of the recordings of a real llama.cpp server: on a loaded CI box a
+/// CPU prefill can go quiet for more than 3 s, which is the server's pause, not the
+/// network's.
+const REAL_STALL: Duration = Duration::from_secs(30);
 /// The drain limit of every recording here.
 const DRAIN: Duration = Duration::from_secs(5);
 
@@ -118,23 +122,25 @@ fn cells(run: &Path) -> Vec<PathBuf> {
 /// concurrencies and window given, `extra` arguments after.
 fn record_through(dir: &Path, name: &str, plan: Plan, extra: &[&str]) -> Recorded {
     let server = Sim::start();
-    let r = record_via(dir, name, server.addr(), plan, extra);
+    let r = record_via(dir, name, server.addr(), plan, STALL, extra);
     drop(server);
     r
 }
 
-/// Records the server at `upstream` through a proxy with `plan`.
+/// Records the server at `upstream` through a proxy with `plan`, giving up on a stream
+/// after `stall` without a byte.
 fn record_via(
     dir: &Path,
     name: &str,
     upstream: std::net::SocketAddr,
     plan: Plan,
+    stall: Duration,
     extra: &[&str],
 ) -> Recorded {
     let proxy = FaultProxy::start(upstream, plan).expect("proxy");
     let run = dir.join(name);
     let target = format!("http://{}", proxy.addr());
-    let stall = format!("{}s", STALL.as_secs());
+    let stall = format!("{}s", stall.as_secs());
     let drain = format!("{}s", DRAIN.as_secs());
     let mut args = vec![
         "--target",
@@ -323,6 +329,57 @@ fn bursts_every_500_ms_arrive_as_bursts_and_lose_nothing() {
         "{in_bursts} of {} events in reads of 4 or more",
         chunks.len()
     );
+    // The scoring says so: the decode cell warns that the network re-chunked its
+    // streams (class `buffering`), and its TTFT and time between tokens leave them out
+    // while total tok/s counts their tokens.
+    let scoring = scoring_under(&r.run, "default");
+    let decode = decode_cell(&scoring);
+    let warning = decode["warnings"]
+        .as_array()
+        .and_then(|w| w.iter().find(|w| w["kind"] == "rechunked"))
+        .unwrap_or_else(|| panic!("no rechunked warning: {decode:#}"));
+    assert_eq!(warning["fault"], "buffering");
+    assert_eq!(warning["excluded_from_latency"], true);
+    let flagged = warning["requests"].as_array().map_or(0, Vec::len)
+        + warning["more"].as_u64().unwrap_or(0) as usize;
+    let of = warning["of"].as_u64().unwrap_or(0) as usize;
+    assert!(flagged > 0 && flagged == of, "{warning:#}");
+    assert!(warning["mean_events_per_read"].as_f64().unwrap_or(0.0) >= 4.0);
+    // The simulator's own pace is in the evidence, from its metrics.
+    let server = warning["server_token_interval_ms"].as_f64().unwrap_or(0.0);
+    assert!(server > 0.0, "{warning:#}");
+    let figures = &decode["figures"];
+    assert_eq!(figures["ttft_ms"]["n"], 0, "{figures:#}");
+    assert_eq!(figures["time_between_tokens_ms"]["n"], 0, "{figures:#}");
+    assert_eq!(figures["itl_ms"]["n"], 0, "{figures:#}");
+    assert!(figures["total_tok_s"].as_f64().unwrap_or(0.0) > 0.0);
+    // Under the rules before 1.7.0 the same run is scored as it was, unwarned.
+    let before = scoring_under(&r.run, "default@1.6.0");
+    let decode = decode_cell(&before);
+    assert!(
+        decode["warnings"]
+            .as_array()
+            .is_some_and(|w| w.iter().all(|w| w["kind"] != "rechunked")),
+        "{decode:#}"
+    );
+    assert!(decode["figures"]["ttft_ms"]["n"].as_u64().unwrap_or(0) > 0);
+}
+
+/// The JSON scoring of a run under `rules`.
+fn scoring_under(run: &Path, rules: &str) -> serde_json::Value {
+    let run = run.to_str().expect("utf-8");
+    let (code, out, err) =
+        crate::report::tokentrace(&["report", "--format", "json", "--rules", rules, run]);
+    assert_eq!(code, 0, "{err}");
+    serde_json::from_str(&out).expect("the scoring")
+}
+
+/// The (one) decode cell of a scoring.
+fn decode_cell(scoring: &serde_json::Value) -> &serde_json::Value {
+    scoring["cells"]
+        .as_array()
+        .and_then(|c| c.iter().find(|c| c["phase"] == "decode"))
+        .expect("a decode cell")
 }
 
 #[test]
@@ -667,8 +724,16 @@ async fn a_real_llama_cpp_server_behind_bursts_and_resets_loses_nothing() {
     };
     let reset = Fault::Reset { after: (300, 3000) };
     let (bursts, resets) = tokio::task::spawn_blocking(move || {
-        let b = record_via(&dir, "burst", upstream, Plan::every(burst, 1), &args);
-        let r = record_via(&dir, "reset", upstream, Plan::streams(reset, 0.5, 2), &args);
+        let b = record_via(
+            &dir,
+            "burst",
+            upstream,
+            Plan::every(burst, 1),
+            REAL_STALL,
+            &args,
+        );
+        let plan = Plan::streams(reset, 0.5, 2);
+        let r = record_via(&dir, "reset", upstream, plan, REAL_STALL, &args);
         (b, r)
     })
     .await
@@ -691,6 +756,18 @@ async fn a_real_llama_cpp_server_behind_bursts_and_resets_loses_nothing() {
         "{in_bursts} of {} events in reads of 2 or more",
         chunks.len()
     );
+    // Each decode cell warns that the network re-chunked its streams.
+    let scoring = scoring_under(&bursts.run, "default");
+    for c in scoring["cells"].as_array().into_iter().flatten() {
+        if c["phase"] == "decode" {
+            assert!(
+                c["warnings"]
+                    .as_array()
+                    .is_some_and(|w| w.iter().any(|w| w["kind"] == "rechunked")),
+                "{c:#}"
+            );
+        }
+    }
     accounted(&resets, Duration::from_secs(3));
     let hits = resets.proxy.hits().len();
     assert!(hits > 0, "the proxy reset nothing");

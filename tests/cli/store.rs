@@ -326,3 +326,141 @@ async fn a_run_survives_its_box_through_the_bucket() {
     }
     sim.stop();
 }
+
+/// One request a [`wire_s3`] server answered: method, path, its `x-amz-checksum-sha256`
+/// header, and the SHA-256 of the body it carried.
+#[derive(Debug, Clone)]
+struct Seen {
+    method: String,
+    path: String,
+    checksum: Option<String>,
+    body_sha256: [u8; 32],
+}
+
+/// A loopback HTTP server that answers uploads as S3 does (200 and an ETag) and keeps
+/// each request's method, path, checksum header and body digest.
+async fn wire_s3() -> (
+    std::net::SocketAddr,
+    std::sync::Arc<std::sync::Mutex<Vec<Seen>>>,
+) {
+    use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let log = seen.clone();
+    tokio::spawn(async move {
+        while let Ok((socket, _)) = listener.accept().await {
+            let log = log.clone();
+            tokio::spawn(async move {
+                let (r, mut w) = socket.into_split();
+                let mut r = BufReader::new(r);
+                loop {
+                    let mut line = String::new();
+                    if r.read_line(&mut line).await.unwrap_or(0) == 0 {
+                        return;
+                    }
+                    let mut parts = line.split_whitespace();
+                    let method = parts.next().unwrap_or_default().to_string();
+                    let path = parts.next().unwrap_or_default().to_string();
+                    let (mut length, mut checksum) = (0usize, None);
+                    loop {
+                        let mut h = String::new();
+                        if r.read_line(&mut h).await.unwrap_or(0) == 0 {
+                            return;
+                        }
+                        let h = h.trim_end();
+                        if h.is_empty() {
+                            break;
+                        }
+                        if let Some((k, v)) = h.split_once(':') {
+                            match k.trim().to_ascii_lowercase().as_str() {
+                                "content-length" => length = v.trim().parse().unwrap_or(0),
+                                "x-amz-checksum-sha256" => checksum = Some(v.trim().to_string()),
+                                _ => {}
+                            }
+                        }
+                    }
+                    let mut body = vec![0u8; length];
+                    if r.read_exact(&mut body).await.is_err() {
+                        return;
+                    }
+                    log.lock().expect("log").push(Seen {
+                        method,
+                        path,
+                        checksum,
+                        body_sha256: tokentrace_schemas::digest::Sha256::of_bytes(&body).0,
+                    });
+                    let answer =
+                        "HTTP/1.1 200 OK\r\nETag: \"tokentrace\"\r\nContent-Length: 0\r\n\r\n";
+                    if w.write_all(answer.as_bytes()).await.is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    (addr, seen)
+}
+
+/// Every object an upload to S3 sends carries `x-amz-checksum-sha256`, and it is the
+/// SHA-256 that the cell's commit mark records for that file (base64 of the same 32
+/// bytes), which S3 checks against the bytes it received. Seen on the wire, at a
+/// loopback server: moto (the test above) accepts these uploads but neither checks nor
+/// keeps the header unless an AWS SDK's own `x-amz-sdk-checksum-algorithm` comes too.
+#[tokio::test]
+async fn every_upload_carries_the_sha256_its_cell_records() {
+    use base64::Engine;
+    use tokentrace_schemas::layout::{CellKey, Phase};
+    use tokentrace_schemas::manifest::CellMeta;
+    use tokentrace_testkit::synth::{self, DecodeSpec};
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let run = tmp.path().join("run");
+    let key = CellKey::new(Phase::Decode, 1024, 2);
+    synth::write_decode_cell(&run, &DecodeSpec::new(key, 3_000)).expect("cell");
+    synth::manifest("checksums", &[key])
+        .write(&run)
+        .expect("manifest");
+    let (addr, seen) = wire_s3().await;
+    let settings: Vec<(String, String)> = [
+        ("AWS_ACCESS_KEY_ID", KEY_ID),
+        ("AWS_SECRET_ACCESS_KEY", SECRET),
+        ("AWS_REGION", "us-east-1"),
+        ("AWS_ENDPOINT", &format!("http://{addr}")),
+        ("AWS_ALLOW_HTTP", "true"),
+    ]
+    .iter()
+    .map(|(k, v)| (k.to_string(), v.to_string()))
+    .collect();
+    let store = RunStore::open_with("s3://runs/box-1", settings).expect("store");
+    store.upload_cell(&run, key).await.expect("upload");
+    store.upload_manifest(&run).await.expect("manifest");
+
+    let meta = CellMeta::read_complete(&key.dir(&run)).expect("cell.json");
+    let seen = seen.lock().expect("log").clone();
+    let puts: Vec<&Seen> = seen.iter().filter(|s| s.method == "PUT").collect();
+    // Every file of the cell, its commit mark and the manifest: one PUT each.
+    assert_eq!(puts.len(), meta.files.len() + 2, "{seen:#?}");
+    let b64 = |bytes: &[u8]| base64::engine::general_purpose::STANDARD.encode(bytes);
+    for put in &puts {
+        assert_eq!(
+            put.checksum.as_deref(),
+            Some(b64(&put.body_sha256).as_str()),
+            "{}: the checksum is not the body's",
+            put.path
+        );
+    }
+    for (name, stat) in &meta.files {
+        let put = puts
+            .iter()
+            .find(|p| p.path.ends_with(&format!("/{name}")))
+            .unwrap_or_else(|| panic!("{name} was not uploaded: {seen:#?}"));
+        let recorded = stat.sha256.expect("a checksum in cell.json");
+        assert_eq!(
+            put.checksum.as_deref(),
+            Some(b64(&recorded.0).as_str()),
+            "{name}: the upload's checksum is not the one cell.json records"
+        );
+    }
+}

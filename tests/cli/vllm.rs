@@ -330,6 +330,13 @@ async fn record_matrix(server: &Server, tmp: &Path, version: &str) -> u32 {
                 c.verdict,
                 c.evidence
             );
+            // A direct link re-chunks nothing.
+            assert!(
+                !c.warnings.iter().any(|w| w.kind() == "rechunked"),
+                "{endpoint} {:?}: {:?}",
+                c.key(),
+                c.warnings
+            );
         }
         let md = report::render(&s, report::Format::Markdown);
         let engine = md

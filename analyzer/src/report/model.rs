@@ -11,8 +11,8 @@ use tokentrace_schemas::layout::{Phase, Rate};
 use tokentrace_schemas::manifest::{Described, PrefillMode, TokenCounting};
 
 use crate::contract::{
-    CAPACITY_ABOVE, CellScore, ColdRequest, Evidence, Figures, LoopEvidence, Scoring, Verdict,
-    Warning,
+    CAPACITY_ABOVE, CellScore, ColdRequest, Evidence, Figures, LoopEvidence, RechunkEvidence,
+    Scoring, Verdict, Warning,
 };
 use crate::figures::{Column, FIGURES, Figure};
 use crate::numbers::{context_label, fixed, ms_whole, rate, thousands};
@@ -1060,6 +1060,52 @@ fn g(v: f64) -> String {
     fixed(v, if v.fract() == 0.0 { 0 } else { 2 })
 }
 
+/// The words of a `rechunked` warning: how the reads came, the server's own pace, the
+/// requests, and what the figures did with them.
+fn rechunk_words(e: &RechunkEvidence) -> String {
+    let listed: Vec<String> = e
+        .requests
+        .iter()
+        .map(|r| {
+            format!(
+                "{} request {} ({} token events in {} reads, up to {} in one, over {} ms; TTFT {})",
+                r.role,
+                r.request_id,
+                thousands(r.token_events),
+                thousands(r.reads),
+                thousands(r.largest_read),
+                opt(r.span_ms, ms_whole),
+                opt(r.ttft_ms, ms_whole)
+            )
+        })
+        .collect();
+    let more = if e.more > 0 {
+        format!(" and {} more", e.more)
+    } else {
+        String::new()
+    };
+    let server = e.server_token_interval_ms.map_or_else(String::new, |s| {
+        format!(
+            ", where the server made each request's next token every {} ms",
+            fixed(s, 1)
+        )
+    });
+    format!(
+        "the network re-chunked {} of {} streams ({}: token events came {} to a read on average, limit {}{server}), so their timing is the network's: {}{more}; {}",
+        e.requests.len() + e.more,
+        e.of,
+        e.fault,
+        fixed(e.mean_events_per_read, 1),
+        g(e.events_per_read),
+        listed.join(", "),
+        if e.excluded_from_latency {
+            "left out of TTFT, time between tokens and ITL (total tok/s counts their tokens)"
+        } else {
+            "included in every figure"
+        }
+    )
+}
+
 /// One line per verdict reason and warning of a cell, for the Notes section.
 /// A repetition in words: who repeats what, how often, where.
 fn loop_words(l: &LoopEvidence) -> String {
@@ -1331,6 +1377,7 @@ pub(crate) fn cell_notes(c: &CellScore) -> Vec<String> {
                 if *skipped > 1 { ", and others" } else { "" }
             ),
             Warning::Content(found) => format!("warning: {}", content_words(found)),
+            Warning::Rechunked(e) => format!("warning: {}", rechunk_words(e)),
             Warning::Connections {
                 retries,
                 reconnects,

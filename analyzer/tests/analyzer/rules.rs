@@ -19,7 +19,13 @@ fn built_in_sets_load_by_name_and_version() {
     // default 1.0.0 stays as it was: no cache checks.
     let old = RuleSet::builtin("default@1.0.0").expect("default 1.0.0");
     assert_eq!(old.cache, Default::default());
-    assert_eq!(RuleSet::builtin("default").expect("d").version, "1.6.0");
+    assert_eq!(RuleSet::builtin("default").expect("d").version, "1.7.0");
+    // default 1.6.0 stays as it was: no network checks.
+    let before_network = RuleSet::builtin("default@1.6.0").expect("default 1.6.0");
+    assert_eq!(before_network.network, Default::default());
+    let d = RuleSet::builtin("default").expect("d");
+    assert_eq!(d.network.rechunk_events_per_read, Some(4.0));
+    assert!(d.network.rechunk_excludes_latency);
     // default 1.5.0 stays as it was: no content or connection checks.
     let before_content = RuleSet::builtin("default@1.5.0").expect("default 1.5.0");
     assert_eq!(before_content.content, Default::default());
@@ -57,9 +63,9 @@ fn every_difference_of_the_default_set_is_documented() {
     let mut differing = Vec::new();
     for (section, values) in default.as_object().expect("object") {
         // The reference tool has no rate or replay cells, so no SLO and no replay lag;
-        // its CJK-leak watchdog is not a rule, and it judges no connections: default's
-        // [slo], [replay], [content] and [connections] tables are additions (documented
-        // where they are set), not differences.
+        // its CJK-leak watchdog is not a rule, and it judges no connections or network:
+        // default's [slo], [replay], [content], [connections] and [network] tables are
+        // additions (documented where they are set), not differences.
         if [
             "name",
             "version",
@@ -68,6 +74,7 @@ fn every_difference_of_the_default_set_is_documented() {
             "replay",
             "content",
             "connections",
+            "network",
         ]
         .contains(&section.as_str())
         {

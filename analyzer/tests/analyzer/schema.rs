@@ -73,6 +73,7 @@ fn cache_evidence_and_warnings_validate() {
         dir.path(),
         &DecodeSpec {
             cold: Some((1, 20_000_000_000)),
+            buffered: Some((2, 500_000_000)),
             ..DecodeSpec::new(decode, 15_000)
         },
     )
@@ -90,6 +91,7 @@ fn cache_evidence_and_warnings_validate() {
     let s = score_dir(dir.path(), &RuleSet::builtin("default").expect("rules")).expect("scored");
     let json = report::json(&s);
     assert!(json.contains("\"scout_cached\"") && json.contains("\"cold_prefill\""));
+    assert!(json.contains("\"rechunked\""), "{json}");
 }
 
 /// A run with burst and rate cells scores into the same schema: the cell's rate, the

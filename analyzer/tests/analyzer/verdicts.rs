@@ -254,6 +254,72 @@ fn a_cached_scout_and_a_cold_decode_request_are_named() {
     );
 }
 
+/// A request that came through a buffering proxy (its events released every 500 ms,
+/// ~50 to a read) is warned of as re-chunked by the network, and default 1.7.0 leaves it
+/// out of TTFT, time between tokens and ITL but keeps its tokens in total tok/s; default
+/// 1.6.0 has no such rule and scores it as before.
+#[test]
+fn a_stream_the_network_buffered_is_named_and_kept_out_of_latency() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let spec = DecodeSpec {
+        buffered: Some((2, 500_000_000)),
+        ..DecodeSpec::new(key(4), 15_000)
+    };
+    synth::write_decode_cell(dir.path(), &spec).expect("decode");
+    synth::manifest("buffered", &[key(4)])
+        .write(dir.path())
+        .expect("manifest");
+    let score = |rules: &str| {
+        score_dir(dir.path(), &RuleSet::builtin(rules).expect("rules")).expect("scored")
+    };
+    let (new, old) = (score("default"), score("default@1.6.0"));
+    let found: Vec<_> = new.cells[0]
+        .warnings
+        .iter()
+        .filter_map(|w| match w {
+            Warning::Rechunked(e) => Some(e.clone()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(found.len(), 1, "{:?}", new.cells[0].warnings);
+    let e = &found[0];
+    assert_eq!(e.fault, "buffering");
+    assert_eq!((e.requests.len(), e.more), (1, 0), "{e:?}");
+    assert!(e.of >= 4, "{e:?}");
+    let r = &e.requests[0];
+    assert!(r.token_events >= 40 * r.reads, "{r:?}");
+    assert!(r.largest_read >= 40, "{r:?}");
+    assert!(e.excluded_from_latency);
+    // The synthetic server's own pace, from its counter and gauge: a step every 10 ms.
+    let server = e.server_token_interval_ms.expect("the server's pace");
+    assert!((9.0..=11.0).contains(&server), "{server}");
+    assert!(
+        !old.cells[0]
+            .warnings
+            .iter()
+            .any(|w| w.kind() == "rechunked")
+    );
+    let figures = |s: &Scoring| s.cells[0].figures.clone().expect("figures");
+    let (f_new, f_old) = (figures(&new), figures(&old));
+    assert_eq!(f_new.ttft_ms.n + 1, f_old.ttft_ms.n);
+    assert_eq!(
+        f_new.time_between_tokens_ms.n + 1,
+        f_old.time_between_tokens_ms.n
+    );
+    assert!(f_new.itl_ms.n < f_old.itl_ms.n);
+    // Its gaps of 0 and ~500 ms are gone from ITL: what is left is the server's steps.
+    let (max_new, max_old) = (f_new.itl_ms.max, f_old.itl_ms.max);
+    assert!(
+        max_new.is_some_and(|m| m < 20.0) && max_old.is_some_and(|m| m > 100.0),
+        "{max_new:?} {max_old:?}"
+    );
+    assert_eq!(f_new.total_tok_s, f_old.total_tok_s);
+    assert_eq!(f_new.output_tokens, f_old.output_tokens);
+    let md =
+        tokentrace_analyzer::report::render(&new, tokentrace_analyzer::report::Format::Markdown);
+    assert!(md.contains("the network re-chunked 1 of"), "{md}");
+}
+
 /// Issue 14: a 3-stream cell whose scrapes all read 3 running and none waiting, but for
 /// the ones given: (scrape index, running, waiting).
 fn dip_run(dir: &Path, overrides: Vec<(usize, f64, f64)>) {

@@ -63,6 +63,48 @@ pub fn is_cold(r: &RequestInfo, rules: &RuleSet) -> bool {
     })
 }
 
+/// Whether the network re-chunked a request's stream (rule `[network]`): it has at
+/// least the rule's token events, and they came at least the rule's number to a read on
+/// average. A server writes one event per step; many to a read were held on the way.
+pub fn is_rechunked(a: &TokenAgg, rules: &RuleSet) -> bool {
+    let n = &rules.network;
+    n.rechunk_events_per_read.is_some_and(|limit| {
+        a.token_events >= i64::from(n.rechunk_min_events.max(1))
+            && a.token_reads > 0
+            && a.token_events as f64 >= limit * a.token_reads as f64
+    })
+}
+
+/// Whether a request's timing is left out of the latency figures: the network
+/// re-chunked it and the rule leaves such requests out.
+pub fn latency_excluded(a: &TokenAgg, rules: &RuleSet) -> bool {
+    rules.network.rechunk_excludes_latency && is_rechunked(a, rules)
+}
+
+/// The gaps between token events that the figures take: all of them, less those of the
+/// requests [`latency_excluded`] leaves out.
+fn latency_gaps(v: &DecodeView, rules: &RuleSet) -> Vec<f64> {
+    let out: std::collections::BTreeSet<i64> = v
+        .streams
+        .iter()
+        .filter(|s| latency_excluded(&s.tokens, rules))
+        .map(|s| s.info.request_id)
+        .collect();
+    if out.is_empty() {
+        return v.gaps.iter().map(|x| ms(*x)).collect();
+    }
+    let mut kept = Vec::with_capacity(v.gaps.len());
+    let mut at = 0;
+    for &(id, n) in v.gap_owners {
+        let end = (at + n).min(v.gaps.len());
+        if !out.contains(&id) {
+            kept.extend(v.gaps[at..end].iter().map(|x| ms(*x)));
+        }
+        at = end;
+    }
+    kept
+}
+
 /// The streams the per-request figures are taken over: those in the request scope that
 /// streamed a token. (The rule's minimum of tokens gates only the figures that need two
 /// tokens: see [`per_token_ns`]. A one-token answer has a TTFT and an E2E latency.)
@@ -83,7 +125,7 @@ pub fn scout_ttft(scout: &Stream, rules: &RuleSet) -> Option<i64> {
 pub fn prefill(v: &PrefillView, rules: &RuleSet) -> Figures {
     let mut f = Figures::default();
     let Some(scout) = &v.scout else { return f };
-    let ttft = scout_ttft(scout, rules);
+    let ttft = scout_ttft(scout, rules).filter(|_| !latency_excluded(&scout.tokens, rules));
     let prompt = prompt_tokens(scout.info);
     f.prompt_tokens = Some(prompt);
     f.ttft_ms = summary(ttft.map(ms).into_iter().collect(), rules);
@@ -161,13 +203,17 @@ pub fn decode(v: &DecodeView, rules: &RuleSet) -> Figures {
     for s in scored(v, rules) {
         let (r, a) = (s.info, &s.tokens);
         count += 1;
+        // The network's timing is not the engine's (rule `[network]`).
+        let timed = !latency_excluded(a, rules);
         let counted = open_cell || !(rules.cache.ttft_excludes_cold && is_cold(r, rules));
-        if let (Some(first), Some(sent), true) =
-            (first_token(a, rules.ttft.first), r.sent_ns, counted)
-        {
+        if let (Some(first), Some(sent), true) = (
+            first_token(a, rules.ttft.first),
+            r.sent_ns,
+            counted && timed,
+        ) {
             ttft.push(ms(first - sent));
         }
-        if let Some(sent) = r.sent_ns {
+        if let (Some(sent), true) = (r.sent_ns, timed) {
             if let Some(t) = a.first_reasoning_ns {
                 ttft_reasoning.push(ms(t - sent));
             }
@@ -178,7 +224,7 @@ pub fn decode(v: &DecodeView, rules: &RuleSet) -> Figures {
         reasoning.push(a.reasoning_tokens as f64);
         reasoning_sum += a.reasoning_tokens;
         token_sum += a.tokens;
-        if let Some(per_token_ns) = per_token_ns(a, rules) {
+        if let (Some(per_token_ns), true) = (per_token_ns(a, rules), timed) {
             tbt.push(per_token_ns / 1e6);
             rate.push(1e9 / per_token_ns);
         }
@@ -206,7 +252,7 @@ pub fn decode(v: &DecodeView, rules: &RuleSet) -> Figures {
         _ => summary(rate, rules),
     };
     f.e2e_latency_ms = summary(e2e, rules);
-    f.itl_ms = summary(v.gaps.iter().map(|x| ms(*x)).collect(), rules);
+    f.itl_ms = summary(latency_gaps(v, rules), rules);
     f.completed_requests = v
         .streams
         .iter()

@@ -332,6 +332,7 @@ fn score_prefill(v: PrefillView, rules: &RuleSet) -> CellScore {
         .collect();
     cell.verdict = Some(verdict(&evidence));
     cell.evidence = evidence;
+    cell.warnings = warnings::rechunked_scout(&v, rules);
     cell.figures = Some(measure::prefill(&v, rules));
     cell
 }

@@ -117,6 +117,8 @@ pub struct DecodeView<'a> {
     pub events: &'a [EventInfo],
     pub running: Gauge<'a>,
     pub waiting: Gauge<'a>,
+    /// The server's counter of generated tokens.
+    pub generated: Gauge<'a>,
     pub spec: SpecSeries<'a>,
     /// The recorder's lag samples over the whole cell.
     pub client_lag: &'a [Sample],
@@ -124,6 +126,8 @@ pub struct DecodeView<'a> {
     pub tick_counts: &'a [TickCounts],
     /// Gaps between consecutive token events inside the window, ns.
     pub gaps: &'a [i64],
+    /// Whose those gaps are, in their order: (request id, how many).
+    pub gap_owners: &'a [(i64, usize)],
     /// How long read chunks waited before the recorder parsed them, ns.
     pub queue_delays: &'a [i64],
     /// Repetitions of at least the shorter of the loop and suspect spans, per stream
@@ -172,6 +176,7 @@ impl<'a> DecodeView<'a> {
             events: loaded.events.get(&key).map(Vec::as_slice).unwrap_or(&[]),
             running: gauge(&preset.running),
             waiting: gauge(&preset.waiting),
+            generated: gauge(&preset.generated_tokens),
             spec: SpecSeries {
                 drafts: gauge(&preset.spec_drafts),
                 draft_tokens: gauge(&preset.spec_draft_tokens),
@@ -188,6 +193,11 @@ impl<'a> DecodeView<'a> {
                 .map(Vec::as_slice)
                 .unwrap_or(&[]),
             gaps: loaded.gaps.get(&key).map(Vec::as_slice).unwrap_or(&[]),
+            gap_owners: loaded
+                .gap_owners
+                .get(&key)
+                .map(Vec::as_slice)
+                .unwrap_or(&[]),
             queue_delays: loaded
                 .queue_delays
                 .get(&key)
@@ -242,6 +252,20 @@ impl<'a> DecodeView<'a> {
 
     pub fn window_ns(&self) -> i64 {
         self.close - self.open
+    }
+
+    /// The server's own time between one request's tokens over the window, ns: its mean
+    /// running requests over its generated tokens per second, between the first and
+    /// the last scrape inside the window; `None` without both series.
+    pub fn server_token_interval_ns(&self) -> Option<f64> {
+        let tokens = self.generated.increase()?;
+        let (first, last) = (
+            self.generated.samples.first()?,
+            self.generated.samples.last()?,
+        );
+        let span_ns = (last.start_ns - first.start_ns) as f64;
+        let running = self.running.mean()?;
+        (tokens > 0.0 && span_ns > 0.0 && running > 0.0).then(|| running * span_ns / tokens)
     }
 
     /// The recorder's latest tick in the seconds that overlap the window, ms.

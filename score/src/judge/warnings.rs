@@ -1,16 +1,17 @@
 //! The warning rules, one function each, from a decode cell's view and the rule set to
 //! what a reader should know that is not a verdict: suspected loops, missing server
 //! gauges, the recorder's own lag, a drain that timed out, and prefills that were not
-//! what the cell measures (cold in a decode cell, warm in a burst or rate cell).
+//! what the cell measures (cold in a decode cell, warm in a burst or rate cell), and
+//! streams the network re-chunked.
 
 use tokentrace_schemas::column::StrEnum;
 use tokentrace_schemas::protocol::Drain;
 use tokentrace_schemas::tables::EventKind;
 
-use super::measure::{first_token, is_cold, ms, prompt_tokens, scored};
+use super::measure::{first_token, is_cold, is_rechunked, ms, prompt_tokens, scored};
 use super::verdicts::suspect_in;
-use super::view::DecodeView;
-use crate::contract::{ColdRequest, Warning};
+use super::view::{DecodeView, PrefillView, Stream};
+use crate::contract::{ColdRequest, RechunkEvidence, RechunkedRequest, Warning};
 use crate::data::RequestInfo;
 use crate::rules::RuleSet;
 use crate::stats;
@@ -19,29 +20,31 @@ use crate::stats;
 pub type DecodeWarning = fn(&DecodeView, &RuleSet) -> Vec<Warning>;
 
 /// The warning rules of burst and rate cells, in the order their warnings are listed.
-pub const OPEN: [DecodeWarning; 6] = [
+pub const OPEN: [DecodeWarning; 7] = [
     suspected_loops,
     client_lag,
     drain_incomplete,
     warm_prefill,
     content,
     connections,
+    rechunked,
 ];
 
 /// Every replay-cell warning rule, in the order their warnings are listed: as burst and
 /// rate cells, but a replay's cache hits are the workload's own sharing (its figures
 /// compare them), and its schedule is the workload's.
-pub const REPLAY: [DecodeWarning; 6] = [
+pub const REPLAY: [DecodeWarning; 7] = [
     suspected_loops,
     client_lag,
     drain_incomplete,
     schedule_lag,
     content,
     connections,
+    rechunked,
 ];
 
 /// Every decode warning rule, in the order their warnings are listed.
-pub const DECODE: [DecodeWarning; 7] = [
+pub const DECODE: [DecodeWarning; 8] = [
     suspected_loops,
     no_server_metrics,
     client_lag,
@@ -49,6 +52,7 @@ pub const DECODE: [DecodeWarning; 7] = [
     cold_prefill,
     content,
     connections,
+    rechunked,
 ];
 
 /// Cold requests listed in a `cold_prefill` warning; the rest are counted.
@@ -264,4 +268,76 @@ pub fn schedule_lag(v: &DecodeView, rules: &RuleSet) -> Vec<Warning> {
         late: sorted.iter().filter(|l| **l > max_lag_ms).count(),
         of,
     }]
+}
+
+/// Re-chunked requests listed in a `rechunked` warning; the rest are counted.
+const RECHUNKED_LISTED: usize = 10;
+
+/// "The network re-chunked this stream": the scored requests whose token events came
+/// the rule's number or more to a read (rule `[network]`), with the server's own time
+/// between a request's tokens beside them where its metrics give it.
+pub fn rechunked(v: &DecodeView, rules: &RuleSet) -> Vec<Warning> {
+    let server = v.server_token_interval_ns().map(|ns| ns / 1e6);
+    rechunk_warning(scored(v, rules), rules, server)
+        .into_iter()
+        .collect()
+}
+
+/// A prefill cell's scout whose stream the network re-chunked: its TTFT is the buffer's.
+pub fn rechunked_scout(v: &PrefillView, rules: &RuleSet) -> Vec<Warning> {
+    rechunk_warning(v.scout.iter(), rules, None)
+        .into_iter()
+        .collect()
+}
+
+/// The warning over `streams`, or `None` when the rule is off or none was re-chunked.
+fn rechunk_warning<'s, 'a: 's>(
+    streams: impl Iterator<Item = &'s Stream<'a>>,
+    rules: &RuleSet,
+    server_token_interval_ms: Option<f64>,
+) -> Option<Warning> {
+    let n = &rules.network;
+    let events_per_read = n.rechunk_events_per_read?;
+    let min = i64::from(n.rechunk_min_events.max(1));
+    let judged: Vec<&Stream> = streams.filter(|s| s.tokens.token_events >= min).collect();
+    let flagged: Vec<&Stream> = judged
+        .iter()
+        .copied()
+        .filter(|s| is_rechunked(&s.tokens, rules))
+        .collect();
+    if flagged.is_empty() {
+        return None;
+    }
+    let (events, reads) = flagged.iter().fold((0, 0), |(e, r), s| {
+        (e + s.tokens.token_events, r + s.tokens.token_reads)
+    });
+    let requests = flagged
+        .iter()
+        .take(RECHUNKED_LISTED)
+        .map(|s| RechunkedRequest {
+            request_id: s.info.request_id,
+            role: s.info.role.as_str().to_string(),
+            token_events: s.tokens.token_events,
+            reads: s.tokens.token_reads,
+            largest_read: s.tokens.largest_read,
+            span_ms: s
+                .tokens
+                .first_token_ns
+                .zip(s.tokens.last_token_ns)
+                .map(|(f, l)| ms(l - f)),
+            ttft_ms: first_token(&s.tokens, rules.ttft.first)
+                .zip(s.info.sent_ns)
+                .map(|(f, t)| ms(f - t)),
+        })
+        .collect();
+    Some(Warning::Rechunked(Box::new(RechunkEvidence {
+        fault: "buffering".to_string(),
+        requests,
+        more: flagged.len().saturating_sub(RECHUNKED_LISTED),
+        of: judged.len(),
+        events_per_read,
+        mean_events_per_read: events as f64 / reads.max(1) as f64,
+        server_token_interval_ms,
+        excluded_from_latency: n.rechunk_excludes_latency,
+    })))
 }
