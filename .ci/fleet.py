@@ -3,7 +3,9 @@
 usage: fleet.py RUNS.parquet FLEET_DIR
 
 - DuckDB over the catalog (`tokentrace catalog FLEET_DIR --out RUNS.parquet`): the best
-  Valid total tok/s per engine and context, and the concurrency that reached it.
+  Valid total tok/s per engine and context, and the concurrency that reached it; and,
+  the fleet holding a matrix imported from the reference tool (`tokentrace import`),
+  its cells and runs by where their figures came from.
 - Spark SQL (pyspark, local mode) over the Hive layout of every run's raw `chunks`
   tables (phase=/context=/concurrency= partitions): per decode cell, the gaps between a
   request's consecutive token events and their p99.
@@ -30,6 +32,14 @@ GROUP BY engine, context
 ORDER BY engine, context
 """
 
+MIXED_QUERY = """
+SELECT figures_from, count(*) AS cells, count(DISTINCT run_id) AS runs,
+       max(total_tok_s) FILTER (WHERE phase = 'decode') AS best_decode_tok_s
+FROM read_parquet(?)
+GROUP BY figures_from
+ORDER BY figures_from
+"""
+
 SPARK_QUERY = """
 WITH g AS (
   SELECT run, context, concurrency,
@@ -47,6 +57,31 @@ ORDER BY run, context, concurrency
 
 def runs_under(fleet):
     return sorted(p.parent for p in fleet.rglob("manifest.json") if "cells" not in p.parts)
+
+
+def traced_runs_under(fleet):
+    """The runs with traces: an imported run's cells hold figures, no chunks."""
+    return [r for r in runs_under(fleet) if any((r / "cells").glob("phase=*/*/*/chunks.parquet"))]
+
+
+def check_mixed(catalog):
+    got = duckdb.execute(MIXED_QUERY, [str(catalog)]).fetchall()
+    print("DuckDB:", MIXED_QUERY.strip().replace("?", f"'{catalog.name}'"), sep="\n")
+    for row in got:
+        print("  ", row)
+    t = pq.read_table(catalog).to_pylist()
+    want = {}
+    for r in t:
+        cells, runs, best = want.get(r["figures_from"], (0, set(), None))
+        if r["phase"] == "decode" and r["total_tok_s"] is not None:
+            best = r["total_tok_s"] if best is None else max(best, r["total_tok_s"])
+        want[r["figures_from"]] = (cells + 1, runs | {r["run_id"]}, best)
+    want = sorted((k, c, len(r), b) for k, (c, r, b) in want.items())
+    if [tuple(g) for g in got] != want:
+        return [f"DuckDB answered {got}, pyarrow reads {want}"]
+    if not any(k.startswith("llm-inference-bench ") for k, *_ in want) or "tokentrace" not in {k for k, *_ in want}:
+        return ["the fleet should hold recorded and imported runs"]
+    return []
 
 
 def check_duckdb(catalog):
@@ -86,7 +121,7 @@ def check_spark(fleet):
     spark.sparkContext.setLogLevel("ERROR")
     try:
         frames = []
-        for run in runs_under(fleet):
+        for run in traced_runs_under(fleet):
             cells = run / "cells"
             df = (
                 spark.read.option("basePath", str(cells))
@@ -106,7 +141,7 @@ def check_spark(fleet):
         print("  ", row)
     # pyarrow: the same gaps counted from each cell's file.
     want = collections.Counter()
-    for run in runs_under(fleet):
+    for run in traced_runs_under(fleet):
         for f in sorted((run / "cells").glob("phase=decode/context=*/concurrency=*/chunks.parquet")):
             context = int(f.parent.parent.name.split("=")[1])
             concurrency = int(f.parent.name.split("=")[1])
@@ -129,7 +164,7 @@ def main():
         print(__doc__, file=sys.stderr)
         return 2
     catalog, fleet = pathlib.Path(sys.argv[1]), pathlib.Path(sys.argv[2])
-    problems = check_duckdb(catalog) + check_spark(fleet)
+    problems = check_duckdb(catalog) + check_mixed(catalog) + check_spark(fleet)
     for p in problems:
         print(f"fleet: {p}", file=sys.stderr)
     return 1 if problems else 0

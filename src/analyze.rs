@@ -232,6 +232,16 @@ pub fn rescore(args: &RescoreArgs, out: &mut impl Write) -> anyhow::Result<ExitC
     for given in &args.runs {
         let local = crate::remote::local(given)?;
         let run = local.dir();
+        // An imported run holds another tool's figures: no trace to score.
+        if let Ok(m) = tokentrace_schemas::manifest::Manifest::read(run)
+            && let Some(i) = &m.imported
+        {
+            bail!(
+                "{}: {}: there is no trace to score under other rules",
+                given.display(),
+                tokentrace_analyzer::imported::header(i)
+            );
+        }
         let s = scored(run, &rules, args.verify.verify())?;
         damaged |= report_damage(&local, &s);
         let path = results_path(run, &rules);

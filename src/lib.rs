@@ -4,6 +4,7 @@
 pub mod analyze;
 pub mod catalog;
 pub mod check;
+pub mod import;
 pub mod remote;
 pub mod reparse;
 pub mod sim;
@@ -47,6 +48,11 @@ pub enum Command {
     /// one Parquet table (one row per run × cell: the run's facts, every figure and
     /// verdict), for DuckDB, Spark or polars. Exits 1 when a run could not be scored.
     Catalog(catalog::CatalogArgs),
+    /// Bring another tool's results in: a results file of llm-inference-bench (0.4.x to
+    /// 0.6.x) becomes a run folder whose cells hold that tool's figures and verdicts, for
+    /// `report`, `diff` and `catalog` beside recorded runs (not re-scorable). Exits 2
+    /// when the file is not a results file.
+    Import(import::ImportArgs),
     /// Re-derive a run's `chunks` and `requests` from its raw capture into a new run
     /// folder, under the recorded token-counting policy or another (the original is only
     /// read). For a parser fix or a policy change, without a GPU.
@@ -102,6 +108,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             .timings
             .around(|| analyze::diff(&args, &mut std::io::stdout().lock())),
         Command::Reparse(args) => reparse::run(&args, &mut std::io::stdout().lock()),
+        Command::Import(args) => import::run(&args, &mut std::io::stdout().lock()),
         Command::Watch(args) => watch::run(&args),
     }
 }

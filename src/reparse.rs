@@ -70,6 +70,14 @@ pub fn reparse(
     counting: Option<TokenCounting>,
 ) -> anyhow::Result<Vec<CellSummary>> {
     let manifest = Manifest::read(run).context("cannot read the run's manifest")?;
+    if let Some(i) = &manifest.imported {
+        bail!(
+            "{}: imported from {} {}: no raw capture to reparse",
+            run.display(),
+            i.tool,
+            i.version
+        );
+    }
     if out.exists() {
         bail!("{} exists: reparse writes a new run folder", out.display());
     }

@@ -12,9 +12,10 @@ use crate::error::{Error, Result};
 use crate::figures::{FIGURES, Value};
 
 /// The run-level columns, in order (then the cell's, then the figures, then warnings).
-pub const RUN_COLUMNS: [&str; 11] = [
+pub const RUN_COLUMNS: [&str; 12] = [
     "location",
     "run_id",
+    "figures_from",
     "started_utc",
     "model",
     "engine",
@@ -37,6 +38,15 @@ fn text_column(name: &str, values: Vec<Option<String>>) -> Column {
     Column::new(name.into(), values)
 }
 
+/// Where a run's figures came from: tokentrace scored its trace, or another tool
+/// computed them (an imported run: `llm-inference-bench 0.4.18`).
+fn figures_from(e: &Entry) -> String {
+    match &e.scoring.run.imported {
+        Some(i) => format!("{} {}", i.tool, i.version),
+        None => "tokentrace".to_string(),
+    }
+}
+
 /// The fleet table of `entries`, rows in the order given, cells in each scoring's order.
 pub fn table(entries: &[Entry]) -> Result<DataFrame> {
     let rows: Vec<(&Entry, &crate::contract::CellScore)> = entries
@@ -50,6 +60,7 @@ pub fn table(entries: &[Entry]) -> Result<DataFrame> {
     let mut columns = vec![
         text_column("location", run_text(&|e| Some(e.location.clone()))),
         text_column("run_id", run_text(&|e| Some(e.scoring.run.run_id.clone()))),
+        text_column("figures_from", run_text(&|e| Some(figures_from(e)))),
         text_column(
             "started_utc",
             run_text(&|e| Some(e.scoring.run.started_utc.clone())),

@@ -21,7 +21,9 @@ pub mod run;
 pub mod score;
 pub mod trace;
 
-pub use tokentrace_score::{contract, figures, loops, numbers, presets, rules, stages, stats};
+pub use tokentrace_score::{
+    contract, figures, imported, loops, numbers, presets, rules, stages, stats,
+};
 
 pub use contract::Scoring;
 pub use error::{Error, Result};

@@ -81,6 +81,13 @@ fn check_cell(
     if verify == Verify::Checksums {
         stages::time(Stage::Verify, || verify_files(dir, &meta))?;
     }
+    // An imported cell holds its figures, no tables (read when the run is scored).
+    if meta
+        .files
+        .contains_key(tokentrace_score::imported::FIGURES_FILE)
+    {
+        return Ok(meta);
+    }
     if !pages {
         fn footer<T: Table>(dir: &Path, file: &str) -> tokentrace_schemas::Result<()> {
             stages::time(Stage::Open, || open_table::<T>(&dir.join(file))).map(drop)

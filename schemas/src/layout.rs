@@ -20,6 +20,9 @@ pub const CELLS_DIR: &str = "cells";
 pub const STAGING_DIR: &str = ".staging";
 /// Folder of analyzer scorings (`<rules>@<version>.json`); never part of the trace.
 pub const RESULTS_DIR: &str = "results";
+/// An imported cell's one file (`tokentrace import`): its figures and verdict as the
+/// other tool computed them (FORMAT.md, "Imported runs").
+pub const FIGURES_FILE: &str = "figures.json";
 /// A cell's commit mark, written last.
 pub const CELL_FILE: &str = "cell.json";
 /// A cell's raw capture of response bytes.

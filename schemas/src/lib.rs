@@ -45,9 +45,13 @@ pub const SCHEMA_VERSION: u32 = 1;
 /// [`SCHEMA_VERSION`]); readers built before those cells refuse it as newer.
 pub const CELL_KINDS_VERSION: u32 = 2;
 /// The version of `manifest.json` and `cell.json` in a run that holds replay cells
-/// (FORMAT.md, "Cell kinds"), and the newest this build reads. Its tables are v1's plus
-/// the replay cells' own `replay` table; readers built before replay refuse it as newer.
+/// (FORMAT.md, "Cell kinds"). Its tables are v1's plus the replay cells' own `replay`
+/// table; readers built before replay refuse it as newer.
 pub const REPLAY_VERSION: u32 = 3;
+/// The version of `manifest.json` and `cell.json` in a run imported from another tool's
+/// results (`tokentrace import`; FORMAT.md, "Imported runs"), and the newest this build
+/// reads: its cells hold figures, no tables, and readers built before refuse it as newer.
+pub const IMPORTED_VERSION: u32 = 4;
 /// This build's version.
 pub const TOOL_VERSION: &str = env!("CARGO_PKG_VERSION");
 /// Parquet `created_by` of every file this build writes.

@@ -422,6 +422,10 @@ pub struct Manifest {
     /// folder's raw capture (`tokentrace reparse`); absent in a recording.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reparsed: Option<Reparsed>,
+    /// Set when the run was imported from another tool's results (`tokentrace
+    /// import`): its cells hold that tool's figures, not a trace.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub imported: Option<Imported>,
     /// The run's digest: [`crate::digest::cells_digest`] over the committed cells'
     /// `cell_sha256`, so a copy is compared with the original by one line. Filled in by
     /// [`Manifest::write`]; absent in runs written before checksums.
@@ -460,6 +464,32 @@ pub fn fact<'a>(facts: &'a [Fact], key: &str) -> Option<&'a str> {
         .iter()
         .find(|f| f.key == key)
         .map(|f| f.value.as_str())
+}
+
+/// Where an imported run's figures came from.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Imported {
+    /// The tool that computed them (`llm-inference-bench`) and its version, as its file
+    /// says.
+    pub tool: String,
+    pub version: String,
+    /// The file's name as given, its SHA-256, and where the run folder keeps it byte for
+    /// byte (`source/<name>`).
+    pub file: String,
+    pub sha256: Sha256,
+    pub kept_as: String,
+    /// When the tool saved the file, as it wrote it (local time, no zone).
+    pub saved_at: String,
+    /// Whether the tool's run finished (false: interrupted; the cells it had not
+    /// finished are missing).
+    pub complete: bool,
+    /// The fields not imported because no version known to this build has them (a
+    /// newer tool's), by path.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub skipped: Vec<String>,
+    /// The tokentrace that imported it.
+    pub by: ToolInfo,
 }
 
 /// Where a reparsed run folder came from.
@@ -552,11 +582,11 @@ pub fn read_json<T: DeserializeOwned>(path: &Path, what: &'static str) -> Result
     let v: VersionOnly = serde_json::from_slice(&bytes).map_err(json_err)?;
     match v.schema_version {
         Some(serde_json::Value::Number(n)) => match n.as_u64() {
-            Some(found) if found > u64::from(crate::REPLAY_VERSION) => {
+            Some(found) if found > u64::from(crate::IMPORTED_VERSION) => {
                 return Err(Error::NewerVersion {
                     path: path.to_path_buf(),
                     found: u32::try_from(found).unwrap_or(u32::MAX),
-                    supported: crate::REPLAY_VERSION,
+                    supported: crate::IMPORTED_VERSION,
                 });
             }
             Some(found) if found >= u64::from(SCHEMA_VERSION) => {}
@@ -607,7 +637,11 @@ impl Manifest {
     /// are in `run` now ([`Manifest::sealed`]).
     pub fn write(&self, run: &Path) -> Result<()> {
         let mut sealed = self.sealed(run)?;
-        sealed.schema_version = json_version(self.cells.iter().map(|c| c.phase));
+        sealed.schema_version = if self.imported.is_some() {
+            crate::IMPORTED_VERSION
+        } else {
+            json_version(self.cells.iter().map(|c| c.phase))
+        };
         write_json(&run.join(crate::layout::MANIFEST_FILE), &sealed)
     }
 

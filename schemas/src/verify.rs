@@ -58,7 +58,13 @@ fn unlisted(dir: &Path, name: &str) -> Error {
 /// named with its path; sizes are checked before any file is hashed, so a truncated
 /// copy is named without reading the rest.
 pub fn verify_files(dir: &Path, meta: &CellMeta) -> Result<Checksums> {
-    if let Some(name) = required_files()
+    // An imported cell holds the other tool's figures, no tables.
+    let required = if meta.schema_version == crate::IMPORTED_VERSION {
+        vec![crate::layout::FIGURES_FILE.to_string()]
+    } else {
+        required_files().to_vec()
+    };
+    if let Some(name) = required
         .into_iter()
         .find(|name| !meta.files.contains_key(name))
     {
@@ -169,6 +175,26 @@ pub struct Verified {
 pub fn verify_cell(dir: &Path) -> Result<Verified> {
     let meta = CellMeta::read_complete(dir)?;
     let checksums = verify_files(dir, &meta)?;
+    if meta.schema_version == crate::IMPORTED_VERSION {
+        // An imported cell: its figures are one JSON object (the scoring's cell).
+        let path = dir.join(crate::layout::FIGURES_FILE);
+        let bytes = crate::fsutil::read(&path, "imported figures")?;
+        match serde_json::from_slice::<serde_json::Value>(&bytes) {
+            Ok(serde_json::Value::Object(_)) => {}
+            Ok(_) => {
+                return Err(Error::Damaged {
+                    path,
+                    reason: "not a JSON object".to_string(),
+                });
+            }
+            Err(source) => return Err(Error::Json { path, source }),
+        }
+        return Ok(Verified {
+            meta,
+            counts: vec![(crate::layout::FIGURES_FILE.to_string(), 1)],
+            checksums,
+        });
+    }
     let mut counts = vec![
         (table_file::<Requests>(), count_rows::<Requests>(dir)?),
         (table_file::<Chunks>(), count_rows::<Chunks>(dir)?),

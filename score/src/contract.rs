@@ -109,6 +109,10 @@ pub struct RunInfo {
     /// The replay cells' settings and sources (`config.replay`); absent without them.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub replay: Option<tokentrace_schemas::manifest::ReplayConfig>,
+    /// Where an imported run's figures came from (`tokentrace import`): that tool
+    /// computed them, and they are shown as it did, never re-scored.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub imported: Option<tokentrace_schemas::manifest::Imported>,
 }
 
 /// A cell's verdict.
@@ -223,6 +227,9 @@ pub enum Evidence {
         budget_tokens: u64,
         source: String,
     },
+    /// An imported cell's verdict as the tool that computed it gave it, in its own
+    /// words (its flags and reasons).
+    Imported { verdict: Verdict, said: String },
 }
 
 impl Evidence {
@@ -233,6 +240,7 @@ impl Evidence {
             Evidence::Loop(_) => Verdict::Looped,
             Evidence::ScoutCached { .. } => Verdict::PrefillCached,
             Evidence::Content(_) => Verdict::BadOutput,
+            Evidence::Imported { verdict, .. } => *verdict,
             _ => Verdict::RequestsQueued,
         }
     }

@@ -8,6 +8,7 @@ pub mod data;
 pub mod error;
 pub mod figures;
 pub mod fold;
+pub mod imported;
 pub mod judge;
 pub mod live;
 pub mod loops;

@@ -583,6 +583,7 @@ pub fn manifest(run_id: &str, cells: &[CellKey]) -> Manifest {
             })
             .collect(),
         reparsed: None,
+        imported: None,
         cells_sha256: None,
     }
 }

@@ -1,5 +1,5 @@
-//! `tokentrace catalog` on a small fleet: two simulator runs and a synthetic vLLM run,
-//! in nested folders, become one Parquet table with a row per run × cell; every row's
+//! `tokentrace catalog` on a small fleet: two simulator runs, a synthetic vLLM run and
+//! a matrix of the reference tool's imported, in nested folders, become one Parquet table with a row per run × cell; every row's
 //! facts and figures are its run's JSON scoring's; a folder that is not a sound run is
 //! named on stderr and left out, the others kept.
 
@@ -48,6 +48,21 @@ fn a_fleet_becomes_one_table() {
     ];
     tokentrace_testkit::synth::write_run(&fleet.join("vllm/nightly-1"), "run-synth", &keys, 2000)
         .expect("synthetic run");
+    // A matrix of the reference tool's, imported: its figures are that tool's.
+    let imported = fleet.join("vllm/lib-0.4.18");
+    let file =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/refbench/0.4.18-mock-complete.json");
+    let done = tokentrace(&[
+        "import",
+        file.to_str().expect("utf-8"),
+        "--out",
+        imported.to_str().expect("utf-8"),
+    ]);
+    assert!(
+        done.status.success(),
+        "{}",
+        String::from_utf8_lossy(&done.stderr)
+    );
     let out = tmp.path().join("runs.parquet");
     let fleet_s = fleet.to_str().expect("utf-8");
     let done = tokentrace(&["catalog", fleet_s, "--out", out.to_str().expect("utf-8")]);
@@ -58,7 +73,7 @@ fn a_fleet_becomes_one_table() {
     );
     let said = String::from_utf8_lossy(&done.stdout).to_string();
     assert!(
-        said.ends_with("rows from 4 runs under rule set default@1.7.0\n"),
+        said.ends_with("rows from 5 runs under rule set default@1.7.0\n"),
         "{said}"
     );
 
@@ -99,6 +114,7 @@ fn a_fleet_becomes_one_table() {
         text("phase"),
         text("verdict"),
     );
+    let from = text("figures_from");
     let (context, concurrency, rate, ttft) = (
         ints("context"),
         ints("concurrency"),
@@ -113,7 +129,13 @@ fn a_fleet_becomes_one_table() {
 
     // Row for row, each run's JSON scoring, in the order the runs were found.
     let mut row = 0;
-    for rel in ["sim/chat", "sim/completions", "sim/open", "vllm/nightly-1"] {
+    for rel in [
+        "sim/chat",
+        "sim/completions",
+        "sim/open",
+        "vllm/lib-0.4.18",
+        "vllm/nightly-1",
+    ] {
         let run = fleet.join(rel);
         let json = tokentrace(&["report", run.to_str().expect("utf-8"), "--format", "json"]);
         let s: serde_json::Value = serde_json::from_slice(&json.stdout).expect("scoring");
@@ -150,6 +172,12 @@ fn a_fleet_becomes_one_table() {
                 ttft[row]
             );
             assert_eq!(engine[row].as_deref(), s["run"]["engine"].as_str());
+            let want_from = if rel == "vllm/lib-0.4.18" {
+                "llm-inference-bench 0.4.18"
+            } else {
+                "tokentrace"
+            };
+            assert_eq!(from[row].as_deref(), Some(want_from), "row {row}");
             row += 1;
         }
     }
@@ -162,5 +190,5 @@ fn a_fleet_becomes_one_table() {
     assert_eq!(partial.status.code(), Some(1));
     let err = String::from_utf8_lossy(&partial.stderr);
     assert!(err.contains("broken: not catalogued:"), "{err}");
-    assert!(String::from_utf8_lossy(&partial.stdout).contains(&format!("{row} rows from 4 runs")));
+    assert!(String::from_utf8_lossy(&partial.stdout).contains(&format!("{row} rows from 5 runs")));
 }

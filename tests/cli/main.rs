@@ -14,6 +14,10 @@
 //! - `integrity`: a flipped byte in each kind of committed file, a truncated, a dropped
 //!   and two swapped files named by `check` and refused by `report`, the other cells
 //!   scored as before; older runs read unverified; `--no-verify`; the run's digest;
+//! - `import`: the reference tool's results files (0.4.18 captured, 0.6.0 built from
+//!   its writer's code) imported: every figure the file's, the file kept, check and
+//!   report read them, rescore refuses, an unknown version imported by shared fields, bad
+//!   files exit 2; diff against a tokentrace run of the same simulator;
 //! - `inputs`: bad command lines exit 2 before anything is written; an all-skipped run is a valid folder;
 //! - `llamacpp`: a real llama.cpp server recorded over both endpoints and analyzed;
 //! - `misbehave`: slow, huge and garbage `/metrics`, and a server that dies mid-cell and
@@ -50,6 +54,7 @@ mod catalog;
 mod check;
 mod disk;
 mod gpu;
+mod import;
 mod inputs;
 mod integrity;
 mod llamacpp;

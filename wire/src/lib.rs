@@ -6,6 +6,7 @@
 
 pub mod assemble;
 pub mod event;
+pub mod refbench;
 pub mod sse;
 pub mod workload;
 

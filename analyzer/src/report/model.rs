@@ -190,6 +190,9 @@ fn subtitle(s: &Scoring) -> Vec<String> {
         let at: Vec<String> = prefill.iter().map(|c| context_label(c.context)).collect();
         subtitle.push(format!("prefill at {}", at.join(", ")));
     }
+    if let Some(i) = &s.run.imported {
+        subtitle.push(tokentrace_score::imported::header(i));
+    }
     subtitle
 }
 
@@ -353,7 +356,44 @@ fn run_facts(s: &Scoring) -> Vec<(String, String)> {
             },
         ),
     ]);
+    if let Some(i) = &r.imported {
+        imported_facts(&mut run, i);
+    }
     run
+}
+
+/// An imported run's Run section: when the other tool saved the file, and the file
+/// (kept in the run folder), instead of what only a recording knows.
+fn imported_facts(run: &mut Vec<(String, String)>, i: &tokentrace_schemas::manifest::Imported) {
+    run.retain(|(k, _)| {
+        !matches!(
+            k.as_str(),
+            "Started"
+                | "Tokens recorded as"
+                | "Tokens counted in the figures from"
+                | "Server metrics"
+        )
+    });
+    run.insert(
+        1,
+        fact(
+            "Saved",
+            format!(
+                "{} (local time, as {} wrote it{})",
+                i.saved_at,
+                i.tool,
+                if i.complete {
+                    ""
+                } else {
+                    "; the run was interrupted"
+                }
+            ),
+        ),
+    );
+    run.push(fact(
+        "Imported from",
+        format!("{} (SHA-256 {}), kept as {}", i.file, i.sha256, i.kept_as),
+    ));
 }
 
 /// The host and GPU facts of the Hardware section, in order, with their labels.
@@ -1160,6 +1200,7 @@ fn verdict_note(c: &CellScore) -> Option<String> {
             | Evidence::WaitingSampleAbove { .. }
             | Evidence::KvBudget { .. } => queued.push(e),
             Evidence::Missing { what } => why.push(what.clone()),
+            Evidence::Imported { said, .. } => why.push(said.clone()),
             Evidence::Content(found) => why.push(content_words(found)),
             Evidence::ScoutCached {
                 request_id,

@@ -64,6 +64,47 @@ fn cells_seen(run: &Run) -> Vec<Cell> {
         .collect()
 }
 
+/// An imported run's scoring: each complete cell's figures as imported (the rule set is
+/// not used: the figures are the other tool's); a cell whose figures do not read is
+/// listed as incomplete with the reason.
+fn imported(run: &Run, imported: &tokentrace_schemas::manifest::Imported) -> Scoring {
+    use tokentrace_score::contract::CellScoreState;
+    let cells = run
+        .cells
+        .iter()
+        .map(|c| {
+            let key = c.key();
+            let read = match c {
+                CellState::Complete { dir, .. } => {
+                    let path = dir.join(tokentrace_score::imported::FIGURES_FILE);
+                    std::fs::read(&path)
+                        .map_err(|e| format!("{}: {e}", path.display()))
+                        .and_then(|b| {
+                            serde_json::from_slice::<CellScore>(&b)
+                                .map_err(|e| format!("{}: {e}", path.display()))
+                        })
+                        .and_then(|s| {
+                            if s.key() == key {
+                                Ok(s)
+                            } else {
+                                Err(format!("{}: the figures of another cell", path.display()))
+                            }
+                        })
+                }
+                CellState::Incomplete { reason, .. } => Err(reason.clone()),
+            };
+            read.unwrap_or_else(|reason| {
+                let mut s = judge::new_cell(key, CellScoreState::Incomplete, Some(reason));
+                s.verdict = None;
+                s
+            })
+        })
+        .collect();
+    let mut s = tokentrace_score::imported::scoring(&run.manifest, imported, cells);
+    s.run.checksums_skipped = run.verify == Verify::Skip;
+    s
+}
+
 /// What one cell gave: its score, the warm-up prefill cell it measures (if any), its
 /// share of the run-wide flags, and its drill-down trace when asked for.
 struct CellResult {
@@ -83,6 +124,9 @@ pub fn score_run(
     rules: &RuleSet,
     traces: bool,
 ) -> Result<(Scoring, BTreeMap<CellKey, CellTrace>)> {
+    if let Some(imported) = &run.manifest.imported {
+        return Ok((self::imported(run, imported), BTreeMap::new()));
+    }
     let (preset, series) = preset(run, rules)?;
     let mut cells = cells_seen(run);
     let warmup = judge::warmup_prefills(&run.manifest, &cells);

@@ -616,6 +616,15 @@ fn resumed_manifest(
     workload: Option<&Workload>,
 ) -> Result<Manifest, RecordError> {
     let m = Manifest::read(&opts.out)?;
+    if let Some(i) = &m.imported {
+        return Err(RecordError::Resume(
+            opts.out.clone(),
+            format!(
+                "it was imported from {} {}: its cells hold that tool's figures, not a recording",
+                i.tool, i.version
+            ),
+        ));
+    }
     if m.model != info.model {
         return Err(RecordError::Resume(
             opts.out.clone(),
@@ -712,6 +721,7 @@ fn new_manifest(
             workload,
         ),
         reparsed: None,
+        imported: None,
         cells_sha256: None,
     }
 }

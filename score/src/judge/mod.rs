@@ -242,38 +242,49 @@ pub fn assemble(
         rules: rules.clone(),
         metrics: preset,
         run: RunInfo {
-            run_id: m.run_id.clone(),
-            started_utc: m.clock.utc_at_zero.clone(),
-            recorded_by: m.tool.label(),
-            model: m.model.clone(),
-            engine: m.engine.name.clone(),
-            engine_version: m.engine.version.clone(),
-            engine_details: m.engine.details.clone(),
-            hardware: m.hardware.clone(),
-            launch_command: m.launch_command.clone(),
-            target: m.target.url.clone(),
-            endpoint: m.config.endpoint,
-            window_s: m.config.window_ns as f64 / 1e9,
-            max_tokens: m.config.max_tokens,
-            ignore_eos: m.config.ignore_eos,
-            token_counting: m.capabilities.token_counting,
-            server_metrics: m.capabilities.metrics,
-            prefill_mode,
-            facts: m.facts.clone(),
             gpu_telemetry: flags.gpu_telemetry,
             cached_tokens_missing: flags.cached_tokens_missing(),
-            checksums_skipped: false,
-            burst_requests: m.config.burst.as_ref().map(|b| b.requests),
-            rate: m.config.rate.clone(),
-            replay: m.config.replay.clone(),
+            prefill_mode,
+            ..run_info(m)
         },
         cells,
         rate_capacity,
     }
 }
 
+/// What a scoring says of the run `m` describes, before its cells are read.
+pub fn run_info(m: &Manifest) -> RunInfo {
+    RunInfo {
+        run_id: m.run_id.clone(),
+        started_utc: m.clock.utc_at_zero.clone(),
+        recorded_by: m.tool.label(),
+        model: m.model.clone(),
+        engine: m.engine.name.clone(),
+        engine_version: m.engine.version.clone(),
+        engine_details: m.engine.details.clone(),
+        hardware: m.hardware.clone(),
+        launch_command: m.launch_command.clone(),
+        target: m.target.url.clone(),
+        endpoint: m.config.endpoint,
+        window_s: m.config.window_ns as f64 / 1e9,
+        max_tokens: m.config.max_tokens,
+        ignore_eos: m.config.ignore_eos,
+        token_counting: m.capabilities.token_counting,
+        server_metrics: m.capabilities.metrics,
+        prefill_mode: m.config.prefill_mode.unwrap_or(PrefillMode::Scout),
+        facts: m.facts.clone(),
+        gpu_telemetry: false,
+        cached_tokens_missing: false,
+        checksums_skipped: false,
+        burst_requests: m.config.burst.as_ref().map(|b| b.requests),
+        rate: m.config.rate.clone(),
+        replay: m.config.replay.clone(),
+        imported: m.imported.clone(),
+    }
+}
+
 /// A cell in `state` (the scorers fill in verdict and figures of `complete` ones).
-fn new_cell(key: CellKey, state: CellScoreState, reason: Option<String>) -> CellScore {
+pub fn new_cell(key: CellKey, state: CellScoreState, reason: Option<String>) -> CellScore {
     CellScore {
         phase: key.phase,
         context: key.context,
