@@ -84,6 +84,7 @@ fn every_figure_equals_the_source_files() {
         "0.4.18-mock-http500.json",
         "0.6.0-built-from-code.json",
         "0.6.0-loop-built-from-code.json",
+        "0.4.18-sim-burst.json",
     ] {
         let tmp = tempfile::tempdir().expect("tempdir");
         let (run, _) = import(&fixture(name), tmp.path());
@@ -104,9 +105,21 @@ fn every_figure_equals_the_source_files() {
         assert_eq!(m["imported"]["version"], src["metadata"]["version"]);
         let s = scoring(&run);
         assert_eq!(s["rules"]["name"], "llm-inference-bench", "{name}");
-        for r in src["results"].as_array().expect("results") {
+        let cells = src["results"]
+            .as_array()
+            .expect("results")
+            .iter()
+            .map(|r| ("decode", r))
+            .chain(
+                src["burst_results"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .map(|r| ("burst", r)),
+            );
+        for (phase, r) in cells {
             let (ctx, n) = (r["context_tokens"].as_u64(), r["concurrency"].as_u64());
-            let c = cell(&s, "decode", ctx.expect("context"), n.expect("concurrency"));
+            let c = cell(&s, phase, ctx.expect("context"), n.expect("concurrency"));
             let f = &c["figures"];
             let what = |k: &str| format!("{name} {ctx:?}×{n:?} {k}");
             let tps = r["aggregate_tps"].as_f64().expect("tps");
@@ -153,6 +166,11 @@ fn every_figure_equals_the_source_files() {
             }
             assert_eq!(f["completed_requests"], r["completed_request_count"]);
             assert_eq!(f["output_tokens"], r["client_output_tokens"]);
+            if phase == "burst" {
+                let completed = r["completed_request_count"].as_f64().expect("completed");
+                let seconds = r["measurement_seconds"].as_f64().expect("seconds");
+                assert_eq!(f["request_rate"].as_f64(), Some(completed / seconds));
+            }
             // The tool's own verdict.
             let want = if r["loop_detected"] == true {
                 "looped"
