@@ -685,6 +685,12 @@ impl Manifest {
 }
 
 impl CellMeta {
+    /// Whether the cell was imported from another tool's results (`tokentrace import`):
+    /// it holds that tool's figures (`figures.json`), no tables.
+    pub fn is_imported(&self) -> bool {
+        self.files.contains_key(crate::layout::FIGURES_FILE)
+    }
+
     /// Reads `cell_dir/cell.json` and checks that it marks a complete cell.
     pub fn read_complete(cell_dir: &Path) -> Result<Self> {
         let path = cell_dir.join(crate::layout::CELL_FILE);

@@ -59,7 +59,7 @@ fn unlisted(dir: &Path, name: &str) -> Error {
 /// copy is named without reading the rest.
 pub fn verify_files(dir: &Path, meta: &CellMeta) -> Result<Checksums> {
     // An imported cell holds the other tool's figures, no tables.
-    let required = if meta.schema_version == crate::IMPORTED_VERSION {
+    let required = if meta.is_imported() {
         vec![crate::layout::FIGURES_FILE.to_string()]
     } else {
         required_files().to_vec()
@@ -175,7 +175,7 @@ pub struct Verified {
 pub fn verify_cell(dir: &Path) -> Result<Verified> {
     let meta = CellMeta::read_complete(dir)?;
     let checksums = verify_files(dir, &meta)?;
-    if meta.schema_version == crate::IMPORTED_VERSION {
+    if meta.is_imported() {
         // An imported cell: its figures are one JSON object (the scoring's cell).
         let path = dir.join(crate::layout::FIGURES_FILE);
         let bytes = crate::fsutil::read(&path, "imported figures")?;

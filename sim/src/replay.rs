@@ -125,6 +125,10 @@ pub enum ReplayError {
     Trace(#[from] tokentrace_schemas::Error),
     #[error("{run}: no cell has a recorded request to serve back")]
     Empty { run: PathBuf },
+    #[error(
+        "{run}: imported from {tool}: its cells hold that tool's figures, no recorded streams to serve back"
+    )]
+    Imported { run: PathBuf, tool: String },
 }
 
 /// One recorded request that can answer an incoming one.
@@ -239,6 +243,12 @@ impl Recording {
     /// scrapes are read per cell as the replay reaches it).
     pub fn load(run: &Path) -> Result<Recording, ReplayError> {
         let manifest = Manifest::read(run)?;
+        if let Some(i) = &manifest.imported {
+            return Err(ReplayError::Imported {
+                run: run.to_path_buf(),
+                tool: format!("{} {}", i.tool, i.version),
+            });
+        }
         let mut cells = Vec::new();
         let mut recorded: Vec<(u32, u32, Rec)> = Vec::new();
         let mut firsts = Vec::new();

@@ -123,12 +123,8 @@ fn every_figure_equals_the_source_files() {
             let f = &c["figures"];
             let what = |k: &str| format!("{name} {ctx:?}×{n:?} {k}");
             let tps = r["aggregate_tps"].as_f64().expect("tps");
-            if c["verdict"] == "error" || c["verdict"] == "looped" {
-                assert!(
-                    f["total_tok_s"].is_null() || tps >= 0.0,
-                    "{}",
-                    what("tok/s")
-                );
+            if c["verdict"] == "error" || c["verdict"] == "looped" || tps < 0.0 {
+                assert!(f["total_tok_s"].is_null(), "{}", what("tok/s"));
             } else {
                 assert_eq!(f["total_tok_s"].as_f64(), Some(tps), "{}", what("tok/s"));
                 assert_eq!(
@@ -263,6 +259,16 @@ fn the_report_says_where_the_figures_came_from() {
         "{err}"
     );
     assert!(!other.exists());
+    // Nor is it followed as a recording.
+    let (code, _, err) = tokentrace(&["watch", dir, "--display", "plain"]);
+    assert_ne!(code, 0);
+    assert!(
+        err.contains("imported from llm-inference-bench 0.4.18: no recording to follow"),
+        "{err}"
+    );
+    let (code, _, err) = tokentrace(&["sim", "--replay", dir, "--listen", "127.0.0.1:0"]);
+    assert_ne!(code, 0);
+    assert!(err.contains("imported from llm-inference-bench 0.4.18: its cells hold that tool's figures, no recorded streams"), "{err}");
     // An interrupted run is imported and said to be.
     let tmp = tempfile::tempdir().expect("tempdir");
     let (run, said) = import(&fixture("0.4.18-mock-interrupted.json"), tmp.path());
@@ -453,5 +459,39 @@ fn an_imported_run_beside_a_recorded_one_in_diff() {
     assert!(
         html.contains("745.1") && html.contains("746.0"),
         "both matrices"
+    );
+}
+
+/// 0.6.1 on, a failed stream invalidates its cell: `aggregate_tps` −4.0, the message in
+/// `failure_reason` (its `finish_error_cell`), the summary null. Built from the 0.6.0
+/// fixture as that writer would change it.
+#[test]
+fn a_failed_stream_of_0_6_1_is_an_error_cell_with_its_reason() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let mut v = source("0.6.0-built-from-code.json");
+    v["metadata"]["version"] = "0.6.1".into();
+    let first = &mut v["results"][0];
+    first["aggregate_tps"] = (-4.0).into();
+    first["failure_reason"] = "engine disconnected: HTTP 502".into();
+    first["aggregate_source"] = "invalid_stream_failure".into();
+    let (ctx, n) = (
+        first["context_tokens"].as_u64().expect("context"),
+        first["concurrency"].as_u64().expect("concurrency"),
+    );
+    let file = tmp.path().join("results-0.6.1.json");
+    std::fs::write(&file, serde_json::to_vec_pretty(&v).expect("json")).expect("write");
+    let (run, said) = import(&file, tmp.path());
+    assert!(
+        !said.contains("warning"),
+        "0.6.1 is a known version: {said}"
+    );
+    let s = scoring(&run);
+    let c = cell(&s, "decode", ctx, n);
+    assert_eq!(c["verdict"], "error");
+    assert!(c["figures"]["total_tok_s"].is_null());
+    assert_eq!(c["evidence"][0]["rule"], "imported");
+    assert_eq!(
+        c["evidence"][0]["said"],
+        "llm-inference-bench: a stream failed: engine disconnected: HTTP 502"
     );
 }

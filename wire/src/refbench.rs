@@ -289,7 +289,7 @@ pub fn parse(bytes: &[u8]) -> Result<RefRun, RefError> {
             Some(Value::Array(a)) => a
                 .iter()
                 .enumerate()
-                .map(|(i, c)| cell(c, format!("{key}[{i}]"), known, skipped))
+                .map(|(i, c)| cell(c, key, i, known, skipped))
                 .collect(),
             Some(other) => Err(RefError::Field {
                 path: key.to_string(),
@@ -367,10 +367,12 @@ fn prefill(v: Option<&Value>) -> Result<Vec<RefPrefill>, RefError> {
 /// One cell of `results` or `burst_results`.
 fn cell(
     v: &Value,
-    path: String,
+    list: &str,
+    index: usize,
     known: bool,
     skipped: &mut Vec<String>,
 ) -> Result<RefCell, RefError> {
+    let path = format!("{list}[{index}]");
     let Value::Object(map) = v else {
         return Err(RefError::Field {
             path,
@@ -381,7 +383,7 @@ fn cell(
         skipped.extend(
             map.keys()
                 .filter(|k| !CELL_KEYS.contains(&k.as_str()))
-                .map(|k| format!("results[].{k}")),
+                .map(|k| format!("{list}[].{k}")),
         );
     }
     let o = Obj::new(map, path.clone());

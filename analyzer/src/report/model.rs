@@ -1102,7 +1102,7 @@ fn g(v: f64) -> String {
 
 /// The words of a `rechunked` warning: how the reads came, the server's own pace, the
 /// requests, and what the figures did with them.
-fn rechunk_words(e: &RechunkEvidence) -> String {
+fn rechunk_words(e: &RechunkEvidence, phase: Phase) -> String {
     let listed: Vec<String> = e
         .requests
         .iter()
@@ -1138,10 +1138,11 @@ fn rechunk_words(e: &RechunkEvidence) -> String {
         fixed(e.mean_events_per_read, 1),
         g(e.events_per_read),
         listed.join(", "),
-        if e.excluded_from_latency {
-            "left out of TTFT, time between tokens and ITL (total tok/s counts their tokens)"
-        } else {
-            "included in every figure"
+        match (e.excluded_from_latency, phase) {
+            (true, Phase::Prefill) => "left out of TTFT and prompt tok/s",
+            (true, _) =>
+                "left out of TTFT, time between tokens, per-request tok/s and ITL (total tok/s counts their tokens)",
+            (false, _) => "included in every figure",
         }
     )
 }
@@ -1418,7 +1419,7 @@ pub(crate) fn cell_notes(c: &CellScore) -> Vec<String> {
                 if *skipped > 1 { ", and others" } else { "" }
             ),
             Warning::Content(found) => format!("warning: {}", content_words(found)),
-            Warning::Rechunked(e) => format!("warning: {}", rechunk_words(e)),
+            Warning::Rechunked(e) => format!("warning: {}", rechunk_words(e, c.phase)),
             Warning::Connections {
                 retries,
                 reconnects,

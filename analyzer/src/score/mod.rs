@@ -69,7 +69,7 @@ fn cells_seen(run: &Run) -> Vec<Cell> {
 /// listed as incomplete with the reason.
 fn imported(run: &Run, imported: &tokentrace_schemas::manifest::Imported) -> Scoring {
     use tokentrace_score::contract::CellScoreState;
-    let cells = run
+    let cells: Vec<CellScore> = run
         .cells
         .iter()
         .map(|c| {
@@ -100,6 +100,14 @@ fn imported(run: &Run, imported: &tokentrace_schemas::manifest::Imported) -> Sco
             })
         })
         .collect();
+    // A cell the manifest lists whose folder is gone is listed, not dropped.
+    let mut cells: Vec<CellScore> = cells;
+    for entry in &run.manifest.cells {
+        let key = entry.key();
+        if !cells.iter().any(|c| c.key() == key) {
+            cells.push(judge::unscored(key, entry.status, entry.reason.clone()));
+        }
+    }
     let mut s = tokentrace_score::imported::scoring(&run.manifest, imported, cells);
     s.run.checksums_skipped = run.verify == Verify::Skip;
     s

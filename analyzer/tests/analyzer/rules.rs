@@ -24,7 +24,7 @@ fn built_in_sets_load_by_name_and_version() {
     let before_network = RuleSet::builtin("default@1.6.0").expect("default 1.6.0");
     assert_eq!(before_network.network, Default::default());
     let d = RuleSet::builtin("default").expect("d");
-    assert_eq!(d.network.rechunk_events_per_read, Some(4.0));
+    assert_eq!(d.network.rechunk_events_per_read, Some(8.0));
     assert!(d.network.rechunk_excludes_latency);
     // default 1.5.0 stays as it was: no content or connection checks.
     let before_content = RuleSet::builtin("default@1.5.0").expect("default 1.5.0");

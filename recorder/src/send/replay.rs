@@ -343,7 +343,13 @@ fn from_run(path: &Path, opts: &ReplayOptions) -> Result<Workload, ReplayError> 
         if key.phase == Phase::Prefill {
             continue;
         }
-        tokentrace_schemas::manifest::CellMeta::read_complete(&dir)?;
+        let meta = tokentrace_schemas::manifest::CellMeta::read_complete(&dir)?;
+        if meta.is_imported() {
+            return Err(ReplayError::Bad(format!(
+                "{}: an imported cell holds another tool's figures, no requests to replay",
+                dir.display()
+            )));
+        }
         let file = dir.join(table_file::<Requests>());
         let bytes = std::fs::read(&file).map_err(io(&file))?;
         let rows = tokentrace_schemas::reader::read_table::<Requests>(&file)?;

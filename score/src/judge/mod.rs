@@ -303,7 +303,7 @@ pub fn new_cell(key: CellKey, state: CellScoreState, reason: Option<String>) -> 
 
 /// A cell as the manifest lists it, before any folder is looked at: one listed complete
 /// has lost its folder unless a complete folder replaces this entry.
-fn unscored(key: CellKey, status: CellStatus, reason: Option<String>) -> CellScore {
+pub fn unscored(key: CellKey, status: CellStatus, reason: Option<String>) -> CellScore {
     if status == CellStatus::Complete {
         new_cell(
             key,

@@ -278,14 +278,14 @@ const RECHUNKED_LISTED: usize = 10;
 /// between a request's tokens beside them where its metrics give it.
 pub fn rechunked(v: &DecodeView, rules: &RuleSet) -> Vec<Warning> {
     let server = v.server_token_interval_ns().map(|ns| ns / 1e6);
-    rechunk_warning(scored(v, rules), rules, server)
+    rechunk_warning(scored(v, rules), rules, rules.ttft.first, server)
         .into_iter()
         .collect()
 }
 
 /// A prefill cell's scout whose stream the network re-chunked: its TTFT is the buffer's.
 pub fn rechunked_scout(v: &PrefillView, rules: &RuleSet) -> Vec<Warning> {
-    rechunk_warning(v.scout.iter(), rules, None)
+    rechunk_warning(v.scout.iter(), rules, rules.ttft.prefill(), None)
         .into_iter()
         .collect()
 }
@@ -294,6 +294,7 @@ pub fn rechunked_scout(v: &PrefillView, rules: &RuleSet) -> Vec<Warning> {
 fn rechunk_warning<'s, 'a: 's>(
     streams: impl Iterator<Item = &'s Stream<'a>>,
     rules: &RuleSet,
+    first: crate::rules::FirstToken,
     server_token_interval_ms: Option<f64>,
 ) -> Option<Warning> {
     let n = &rules.network;
@@ -325,7 +326,7 @@ fn rechunk_warning<'s, 'a: 's>(
                 .first_token_ns
                 .zip(s.tokens.last_token_ns)
                 .map(|(f, l)| ms(l - f)),
-            ttft_ms: first_token(&s.tokens, rules.ttft.first)
+            ttft_ms: first_token(&s.tokens, first)
                 .zip(s.info.sent_ns)
                 .map(|(f, t)| ms(f - t)),
         })
