@@ -790,3 +790,71 @@ async fn a_real_llama_cpp_server_behind_bursts_and_resets_loses_nothing() {
         resets.log
     );
 }
+
+/// A speculative-decoding server that writes each accepted token as its own event, back
+/// to back (llama.cpp's server; the simulator's `spec_event_per_token`), puts a step's
+/// events in one read by itself, with no network between. Default 1.7.0 asks 8 events
+/// to a read and does not call that re-chunking; a rule set asking 2 would.
+#[test]
+fn speculative_steps_written_token_by_token_are_not_called_re_chunked() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let tiny = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("sim/profiles/tiny.toml"),
+    )
+    .expect("tiny");
+    let profile = tmp.path().join("spec-per-token.toml");
+    let text = tiny.replace("spec_tokens = 0", "spec_tokens = 4").replace(
+        "spec_acceptance = 0.0",
+        "spec_acceptance = 0.8\nspec_event_per_token = true",
+    );
+    std::fs::write(&profile, text).expect("profile");
+    let run = tmp.path().join("run");
+    let mut args = vec!["--sim-profile", profile.to_str().expect("utf-8")];
+    args.extend_from_slice(DECODE);
+    let child = crate::misbehave::record(&run, &args)
+        .spawn()
+        .expect("record");
+    let (code, log) = finish(child, Duration::from_secs(180));
+    assert_eq!(code, Some(0), "{log}");
+    // Events do share reads: a step's accepted tokens come together.
+    let mut reads: BTreeMap<(i64, i64), usize> = BTreeMap::new();
+    let mut events = 0;
+    for d in cells(&run) {
+        for c in read_table::<Chunks>(&d.join("chunks.parquet")).expect("chunks") {
+            if c.tokens.unwrap_or(0) > 0 {
+                events += 1;
+                *reads.entry((c.request_id, c.arrival_ns)).or_insert(0) += 1;
+            }
+        }
+    }
+    let per_read = events as f64 / reads.len().max(1) as f64;
+    assert!(
+        per_read > 1.5,
+        "{events} token events in {} reads",
+        reads.len()
+    );
+    let warned = |s: &serde_json::Value| {
+        s["cells"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|c| {
+                c["warnings"]
+                    .as_array()
+                    .is_some_and(|w| w.iter().any(|w| w["kind"] == "rechunked"))
+            })
+            .count()
+    };
+    assert_eq!(
+        warned(&scoring_under(&run, "default")),
+        0,
+        "{per_read} events a read"
+    );
+    let low = tmp.path().join("low.toml");
+    std::fs::write(
+        &low,
+        "extends = \"default\"\nname = \"low\"\nversion = \"1\"\n[network]\nrechunk_events_per_read = 2.0\n",
+    )
+    .expect("rules");
+    assert!(warned(&scoring_under(&run, low.to_str().expect("utf-8"))) > 0);
+}
