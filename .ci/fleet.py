@@ -64,11 +64,17 @@ def traced_runs_under(fleet):
     return [r for r in runs_under(fleet) if any((r / "cells").glob("phase=*/*/*/chunks.parquet"))]
 
 
-def check_mixed(catalog):
-    got = duckdb.execute(MIXED_QUERY, [str(catalog)]).fetchall()
-    print("DuckDB:", MIXED_QUERY.strip().replace("?", f"'{catalog.name}'"), sep="\n")
+def duckdb_answer(query, catalog):
+    """Runs `query` over the catalog and prints it with its answer."""
+    got = duckdb.execute(query, [str(catalog)]).fetchall()
+    print("DuckDB:", query.strip().replace("?", f"'{catalog.name}'"), sep="\n")
     for row in got:
         print("  ", row)
+    return got
+
+
+def check_mixed(catalog):
+    got = duckdb_answer(MIXED_QUERY, catalog)
     t = pq.read_table(catalog).to_pylist()
     want = {}
     for r in t:
@@ -85,10 +91,7 @@ def check_mixed(catalog):
 
 
 def check_duckdb(catalog):
-    got = duckdb.execute(DUCKDB_QUERY, [str(catalog)]).fetchall()
-    print("DuckDB:", DUCKDB_QUERY.strip().replace("?", f"'{catalog.name}'"), sep="\n")
-    for row in got:
-        print("  ", row)
+    got = duckdb_answer(DUCKDB_QUERY, catalog)
     t = pq.read_table(catalog).to_pylist()
     best = {}
     for r in t:

@@ -58,9 +58,11 @@ pub fn run(args: &ImportArgs, out: &mut impl std::io::Write) -> anyhow::Result<E
             return Ok(ExitCode::from(2));
         }
     };
-    // One tool so far: `--from lib` and detection read the file the same way.
-    let _ = args.from;
-    let parsed = match refbench::parse(&bytes) {
+    // One tool so far: `--from lib` and detection from the content pick the same reader.
+    let parse = match args.from.unwrap_or(From::Lib) {
+        From::Lib => refbench::parse,
+    };
+    let parsed = match parse(&bytes) {
         Ok(r) => r,
         Err(e) => {
             eprintln!("tokentrace: {}: {e}", args.file.display());

@@ -72,10 +72,9 @@ pub fn reparse(
     let manifest = Manifest::read(run).context("cannot read the run's manifest")?;
     if let Some(i) = &manifest.imported {
         bail!(
-            "{}: imported from {} {}: no raw capture to reparse",
+            "{}: imported from {}: no raw capture to reparse",
             run.display(),
-            i.tool,
-            i.version
+            i.source()
         );
     }
     if out.exists() {

@@ -42,7 +42,7 @@ fn text_column(name: &str, values: Vec<Option<String>>) -> Column {
 /// computed them (an imported run: `llm-inference-bench 0.4.18`).
 fn figures_from(e: &Entry) -> String {
     match &e.scoring.run.imported {
-        Some(i) => format!("{} {}", i.tool, i.version),
+        Some(i) => i.source(),
         None => "tokentrace".to_string(),
     }
 }

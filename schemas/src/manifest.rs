@@ -492,6 +492,13 @@ pub struct Imported {
     pub by: ToolInfo,
 }
 
+impl Imported {
+    /// The tool and its version, as reports name them (`llm-inference-bench 0.4.18`).
+    pub fn source(&self) -> String {
+        format!("{} {}", self.tool, self.version)
+    }
+}
+
 /// Where a reparsed run folder came from.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]

@@ -14,8 +14,8 @@ pub use tokentrace_schemas::layout::FIGURES_FILE;
 /// What a report says of an imported run, in its header.
 pub fn header(i: &Imported) -> String {
     format!(
-        "imported from {} {}: figures as that tool computed them; not re-scorable",
-        i.tool, i.version
+        "imported from {}: figures as that tool computed them; not re-scorable",
+        i.source()
     )
 }
 

@@ -246,7 +246,7 @@ impl Recording {
         if let Some(i) = &manifest.imported {
             return Err(ReplayError::Imported {
                 run: run.to_path_buf(),
-                tool: format!("{} {}", i.tool, i.version),
+                tool: i.source(),
             });
         }
         let mut cells = Vec::new();

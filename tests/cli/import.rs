@@ -34,15 +34,7 @@ fn scoring(run: &Path) -> Value {
         tokentrace(&["report", run.to_str().expect("utf-8"), "--format", "json"]);
     assert_eq!(code, 0, "{err}");
     let json: Value = serde_json::from_str(&out).expect("the scoring");
-    let schema: Value =
-        serde_json::from_str(include_str!("../../analyzer/schema/scoring.schema.json"))
-            .expect("schema");
-    let validator = jsonschema::validator_for(&schema).expect("schema compiles");
-    let errors: Vec<String> = validator
-        .iter_errors(&json)
-        .map(|e| e.to_string())
-        .collect();
-    assert!(errors.is_empty(), "{}: {errors:#?}", run.display());
+    crate::report::assert_schema_valid(&json, &run.display().to_string());
     json
 }
 

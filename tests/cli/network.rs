@@ -318,11 +318,8 @@ fn bursts_every_500_ms_arrive_as_bursts_and_lose_nothing() {
     accounted(&r, Duration::from_secs(2));
     assert!(finished(&r) > 0, "{:?}\n{}", r.reasons(), r.log);
     // Most events share their read with several others.
-    let mut reads: BTreeMap<(i64, i64), usize> = BTreeMap::new();
     let chunks = r.chunks();
-    for c in &chunks {
-        *reads.entry((c.request_id, c.arrival_ns)).or_insert(0) += 1;
-    }
+    let reads = reads_of(&chunks);
     let in_bursts: usize = reads.values().filter(|n| **n >= 4).sum();
     assert!(
         in_bursts * 2 > chunks.len(),
@@ -372,6 +369,30 @@ fn scoring_under(run: &Path, rules: &str) -> serde_json::Value {
         crate::report::tokentrace(&["report", "--format", "json", "--rules", rules, run]);
     assert_eq!(code, 0, "{err}");
     serde_json::from_str(&out).expect("the scoring")
+}
+
+/// Events per (request, read): the events of one read share their arrival time.
+fn reads_of(chunks: &[ChunkRow]) -> BTreeMap<(i64, i64), usize> {
+    let mut reads = BTreeMap::new();
+    for c in chunks {
+        *reads.entry((c.request_id, c.arrival_ns)).or_insert(0) += 1;
+    }
+    reads
+}
+
+/// The cells of a scoring (of `phase`, or all) that warn of re-chunked streams.
+fn rechunk_warned(scoring: &serde_json::Value, phase: Option<&str>) -> usize {
+    scoring["cells"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|c| phase.is_none_or(|p| c["phase"] == p))
+        .filter(|c| {
+            c["warnings"]
+                .as_array()
+                .is_some_and(|w| w.iter().any(|w| w["kind"] == "rechunked"))
+        })
+        .count()
 }
 
 /// The (one) decode cell of a scoring.
@@ -745,11 +766,8 @@ async fn a_real_llama_cpp_server_behind_bursts_and_resets_loses_nothing() {
         bursts.reasons(),
         bursts.log
     );
-    let mut reads: BTreeMap<(i64, i64), usize> = BTreeMap::new();
     let chunks = bursts.chunks();
-    for c in &chunks {
-        *reads.entry((c.request_id, c.arrival_ns)).or_insert(0) += 1;
-    }
+    let reads = reads_of(&chunks);
     let in_bursts: usize = reads.values().filter(|n| **n >= 2).sum();
     assert!(
         in_bursts * 2 > chunks.len(),
@@ -759,18 +777,7 @@ async fn a_real_llama_cpp_server_behind_bursts_and_resets_loses_nothing() {
     // The scoring warns that the network re-chunked the streams (a decode cell whose
     // every request straddled many bursts on a slow box may not: at least one does).
     let scoring = scoring_under(&bursts.run, "default");
-    let warned = scoring["cells"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter(|c| c["phase"] == "decode")
-        .filter(|c| {
-            c["warnings"]
-                .as_array()
-                .is_some_and(|w| w.iter().any(|w| w["kind"] == "rechunked"))
-        })
-        .count();
-    assert!(warned > 0, "{scoring:#}");
+    assert!(rechunk_warned(&scoring, Some("decode")) > 0, "{scoring:#}");
     accounted(&resets, Duration::from_secs(3));
     let hits = resets.proxy.hits().len();
     assert!(hits > 0, "the proxy reset nothing");
@@ -817,36 +824,20 @@ fn speculative_steps_written_token_by_token_are_not_called_re_chunked() {
     let (code, log) = finish(child, Duration::from_secs(180));
     assert_eq!(code, Some(0), "{log}");
     // Events do share reads: a step's accepted tokens come together.
-    let mut reads: BTreeMap<(i64, i64), usize> = BTreeMap::new();
-    let mut events = 0;
-    for d in cells(&run) {
-        for c in read_table::<Chunks>(&d.join("chunks.parquet")).expect("chunks") {
-            if c.tokens.unwrap_or(0) > 0 {
-                events += 1;
-                *reads.entry((c.request_id, c.arrival_ns)).or_insert(0) += 1;
-            }
-        }
-    }
+    let token_events: Vec<ChunkRow> = cells(&run)
+        .iter()
+        .flat_map(|d| read_table::<Chunks>(&d.join("chunks.parquet")).expect("chunks"))
+        .filter(|c| c.tokens.unwrap_or(0) > 0)
+        .collect();
+    let (events, reads) = (token_events.len(), reads_of(&token_events));
     let per_read = events as f64 / reads.len().max(1) as f64;
     assert!(
         per_read > 1.5,
         "{events} token events in {} reads",
         reads.len()
     );
-    let warned = |s: &serde_json::Value| {
-        s["cells"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .filter(|c| {
-                c["warnings"]
-                    .as_array()
-                    .is_some_and(|w| w.iter().any(|w| w["kind"] == "rechunked"))
-            })
-            .count()
-    };
     assert_eq!(
-        warned(&scoring_under(&run, "default")),
+        rechunk_warned(&scoring_under(&run, "default"), None),
         0,
         "{per_read} events a read"
     );
@@ -856,5 +847,5 @@ fn speculative_steps_written_token_by_token_are_not_called_re_chunked() {
         "extends = \"default\"\nname = \"low\"\nversion = \"1\"\n[network]\nrechunk_events_per_read = 2.0\n",
     )
     .expect("rules");
-    assert!(warned(&scoring_under(&run, low.to_str().expect("utf-8"))) > 0);
+    assert!(rechunk_warned(&scoring_under(&run, low.to_str().expect("utf-8")), None) > 0);
 }

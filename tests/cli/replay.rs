@@ -284,15 +284,7 @@ fn a_mooncake_trace_reaches_the_prefix_cache_as_it_describes() {
     let run = out.to_str().expect("path");
     let json: serde_json::Value =
         serde_json::from_str(&tokentrace(&["report", run, "--format", "json"])).expect("json");
-    let schema: serde_json::Value =
-        serde_json::from_str(include_str!("../../analyzer/schema/scoring.schema.json"))
-            .expect("schema");
-    let validator = jsonschema::validator_for(&schema).expect("schema compiles");
-    let errors: Vec<String> = validator
-        .iter_errors(&json)
-        .map(|e| e.to_string())
-        .collect();
-    assert!(errors.is_empty(), "{errors:#?}");
+    crate::report::assert_schema_valid(&json, run);
     let cell = &json["cells"][0];
     assert_eq!(cell["phase"], "replay");
     assert_eq!(cell["verdict"], "valid");

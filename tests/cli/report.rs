@@ -550,6 +550,17 @@ fn a_golden_scoring_and_its_run_scored_afresh_do_not_differ() {
     }
 }
 
+/// Asserts that a JSON scoring validates against the committed schema (also used by
+/// `replay` and `import`).
+pub(crate) fn assert_schema_valid(json: &serde_json::Value, what: &str) {
+    let schema: serde_json::Value =
+        serde_json::from_str(include_str!("../../analyzer/schema/scoring.schema.json"))
+            .expect("schema");
+    let validator = jsonschema::validator_for(&schema).expect("schema compiles");
+    let errors: Vec<String> = validator.iter_errors(json).map(|e| e.to_string()).collect();
+    assert!(errors.is_empty(), "{what}: {errors:#?}");
+}
+
 /// Runs the CLI: exit code, stdout, stderr (also used by `integrity`).
 pub(crate) fn tokentrace(args: &[&str]) -> (i32, String, String) {
     let out = Command::new(env!("CARGO_BIN_EXE_tokentrace"))

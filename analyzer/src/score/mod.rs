@@ -69,7 +69,7 @@ fn cells_seen(run: &Run) -> Vec<Cell> {
 /// listed as incomplete with the reason.
 fn imported(run: &Run, imported: &tokentrace_schemas::manifest::Imported) -> Scoring {
     use tokentrace_score::contract::CellScoreState;
-    let cells: Vec<CellScore> = run
+    let mut cells: Vec<CellScore> = run
         .cells
         .iter()
         .map(|c| {
@@ -94,14 +94,11 @@ fn imported(run: &Run, imported: &tokentrace_schemas::manifest::Imported) -> Sco
                 CellState::Incomplete { reason, .. } => Err(reason.clone()),
             };
             read.unwrap_or_else(|reason| {
-                let mut s = judge::new_cell(key, CellScoreState::Incomplete, Some(reason));
-                s.verdict = None;
-                s
+                judge::new_cell(key, CellScoreState::Incomplete, Some(reason))
             })
         })
         .collect();
     // A cell the manifest lists whose folder is gone is listed, not dropped.
-    let mut cells: Vec<CellScore> = cells;
     for entry in &run.manifest.cells {
         let key = entry.key();
         if !cells.iter().any(|c| c.key() == key) {

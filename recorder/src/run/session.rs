@@ -620,8 +620,8 @@ fn resumed_manifest(
         return Err(RecordError::Resume(
             opts.out.clone(),
             format!(
-                "it was imported from {} {}: its cells hold that tool's figures, not a recording",
-                i.tool, i.version
+                "it was imported from {}: its cells hold that tool's figures, not a recording",
+                i.source()
             ),
         ));
     }

@@ -246,15 +246,13 @@ pub async fn watch(source: Source, mode: DisplayMode, every: Duration) -> Result
             say(&format!("{}: {e}", store.url()), &state);
         }
         match Manifest::read(&dir) {
-            Ok(m) if m.imported.is_some() => {
-                let i = m
-                    .imported
-                    .as_ref()
-                    .map(|i| format!("{} {}", i.tool, i.version));
+            Ok(Manifest {
+                imported: Some(i), ..
+            }) => {
                 return Err(format!(
                     "{}: imported from {}: no recording to follow (`tokentrace report` shows its figures)",
                     dir.display(),
-                    i.unwrap_or_default()
+                    i.source()
                 ));
             }
             Ok(m) => {
