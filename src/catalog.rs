@@ -56,7 +56,7 @@ fn local_runs(dir: &Path, out: &mut Vec<PathBuf>) -> anyhow::Result<()> {
 }
 
 /// Every run the sources name, as folders or URLs, in the order found.
-fn find(sources: &[String]) -> anyhow::Result<Vec<String>> {
+pub(crate) fn find(sources: &[String]) -> anyhow::Result<Vec<String>> {
     let mut runs = Vec::new();
     for s in sources {
         if is_url(s) {

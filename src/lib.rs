@@ -8,6 +8,7 @@ pub mod import;
 pub mod remote;
 pub mod reparse;
 pub mod sim;
+pub mod site;
 pub mod watch;
 
 use std::process::ExitCode;
@@ -53,6 +54,11 @@ pub enum Command {
     /// `report`, `diff` and `catalog` beside recorded runs (not re-scorable). Exits 2
     /// when the file is not a results file.
     Import(import::ImportArgs),
+    /// Publish runs (folders or object-store prefixes) as a static website of plain
+    /// files: an index (sortable, filterable), each run's HTML report, and a page per
+    /// model × hardware comparing its runs over time. Run again to update: only changed
+    /// runs are re-rendered. Exits 1 when a run could not be published.
+    Site(site::SiteArgs),
     /// Re-derive a run's `chunks` and `requests` from its raw capture into a new run
     /// folder, under the recorded token-counting policy or another (the original is only
     /// read). For a parser fix or a policy change, without a GPU.
@@ -109,6 +115,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             .around(|| analyze::diff(&args, &mut std::io::stdout().lock())),
         Command::Reparse(args) => reparse::run(&args, &mut std::io::stdout().lock()),
         Command::Import(args) => import::run(&args, &mut std::io::stdout().lock()),
+        Command::Site(args) => site::run(&args, &mut std::io::stdout().lock()),
         Command::Watch(args) => watch::run(&args),
     }
 }

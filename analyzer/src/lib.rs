@@ -16,6 +16,7 @@ pub mod catalog;
 pub mod diff;
 pub mod error;
 pub mod load;
+pub mod public;
 pub mod report;
 pub mod run;
 pub mod score;

@@ -43,6 +43,9 @@
 //!   without server metrics, client-side evidence is used and the report says so;
 //! - `screen`: the full-screen view in a pseudo-terminal: its matrix is the scoring's,
 //!   loops show their hint, the terminal comes back clean; q, s and p steer the run;
+//! - `site`: a fleet published as a static site: run pages are their reports plus a
+//!   navigation bar, links resolve, hostile facts are text, a second build rewrites only
+//!   what a new run touches, `--public` drops hosts, IPs and paths, `--rules` is said;
 //! - `sim`: the simulator subcommand starts, says where it listens, serves, and refuses bad profiles;
 //! - `version`: `--version` names the commit and features; the manifest keeps the same;
 //! - `vllm`: real vLLM (CPU build) recorded over both endpoints, burst, rate and replay;
@@ -69,6 +72,7 @@ mod report;
 mod screen;
 mod serve;
 mod sim;
+mod site;
 mod store;
 mod trials;
 mod truth;

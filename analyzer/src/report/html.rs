@@ -45,7 +45,7 @@ pub(super) fn escape(text: &str) -> String {
 
 /// A figure as a data attribute: full precision (Rust's shortest round-trip form), empty
 /// when absent.
-fn data_number(v: Option<f64>) -> String {
+pub(super) fn data_number(v: Option<f64>) -> String {
     v.filter(|x| x.is_finite())
         .map(|x| format!("{x:?}"))
         .unwrap_or_default()
@@ -75,7 +75,7 @@ fn badge(v: Verdict) -> Option<&'static str> {
     }
 }
 
-const STYLE: &str = "\
+pub(super) const STYLE: &str = "\
 body{font:14px/1.45 system-ui,-apple-system,'Segoe UI',sans-serif;color:#111827;margin:2rem auto;max-width:80rem;padding:0 1rem}\
 h1{font-size:1.6rem;margin:0 0 .25rem}h2{font-size:1.2rem;margin:2rem 0 .5rem}\
 .sub{color:#4b5563;margin:.25rem 0 1rem}\
@@ -97,7 +97,7 @@ table.sortable th[aria-sort=descending]::after{content:' ▼'}\
 
 /// Sorts a `table.sortable` by the clicked column: numbers by their `data-sort`
 /// value, text by its content; a second click reverses.
-const SCRIPT: &str = "\
+pub(super) const SCRIPT: &str = "\
 document.querySelectorAll('table.sortable').forEach(function(t){\
 var hs=t.tHead.rows[0].cells;\
 Array.prototype.forEach.call(hs,function(h,i){h.addEventListener('click',function(){\
@@ -888,6 +888,16 @@ fn ratio_colour(r: f64, higher_is_better: bool) -> String {
     format!("#{:02x}{:02x}{:02x}", mix(0), mix(1), mix(2))
 }
 
+/// Which run each ratio heat map of a comparison divides by.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Baseline {
+    /// Every run against the first (two engine versions, one run under two rule sets).
+    First,
+    /// Every run against the one before it: runs in time order, each step's change
+    /// ("vLLM 0.27 → 0.28").
+    Previous,
+}
+
 /// Several scorings side by side: each run's matrix, then for every run after the
 /// first a ratio heat map against the first (total tok/s and median TTFT, B / A, per
 /// cell) and the cells whose verdict changed. For two engine versions, two GPUs, or one
@@ -899,8 +909,17 @@ pub(super) fn comparison(sides: &[(String, Scoring)]) -> String {
         "<!doctype html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n\
          <meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n\
          <title>Speed test comparison</title>\n<style>{STYLE}</style>\n</head>\n<body>\n\
-         <h1>Speed test comparison</h1>\n<ol>\n"
+         <h1>Speed test comparison</h1>\n"
     );
+    comparison_body(&mut o, sides, Baseline::First);
+    let _ = writeln!(o, "</body>\n</html>");
+    o
+}
+
+/// The runs' list, the ratio heat maps against `baseline`, each run's matrix and the
+/// footer naming who scored each: a comparison page's body after its heading.
+pub(super) fn comparison_body(o: &mut String, sides: &[(String, Scoring)], baseline: Baseline) {
+    let _ = writeln!(o, "<ol>");
     for (label, s) in sides {
         let h = header(s);
         let _ = writeln!(
@@ -915,119 +934,136 @@ pub(super) fn comparison(sides: &[(String, Scoring)]) -> String {
         );
     }
     let _ = writeln!(o, "</ol>");
-    let Some((base_label, base)) = sides.first() else {
-        let _ = writeln!(o, "</body>\n</html>");
-        return o;
-    };
-    for (label, s) in sides.iter().skip(1) {
-        let _ = writeln!(
-            o,
-            "<h2>{} / {}</h2>\n<p>Per cell: total tok/s and median TTFT of {} divided by {}'s. \
-             Green is better (more tok/s, less TTFT), red worse; saturated at ×2 and ×½. \
-             A changed verdict is written in the cell and hatched.</p>",
-            escape(label),
-            escape(base_label),
-            escape(label),
-            escape(base_label)
-        );
-        let (mut contexts, mut levels) = matrix_axes(base);
-        let (c2, l2) = matrix_axes(s);
-        contexts.extend(c2);
-        levels.extend(l2);
-        contexts.sort_unstable();
-        contexts.dedup();
-        levels.sort_unstable();
-        levels.dedup();
-        let _ = write!(
-            o,
-            "<table class=\"heat ratio\">\n<thead><tr><th>Context</th>"
-        );
-        matrix_head(&mut o, &levels);
-        for ctx in &contexts {
-            row_head(&mut o, *ctx);
-            for n in &levels {
-                let (a, b) = (decode_cell(base, *ctx, *n), decode_cell(s, *ctx, *n));
-                let (Some(a), Some(b)) = (a, b) else {
-                    let _ = write!(
-                        o,
-                        "<td>only in {}</td>",
-                        escape(if a.is_some() { base_label } else { label })
-                    );
-                    continue;
-                };
-                let pick = |c: &CellScore, f: fn(&crate::contract::Figures) -> Option<f64>| {
-                    shown(c).and_then(f).filter(|v| v.is_finite() && *v > 0.0)
-                };
-                let rate = pick(b, |f| f.total_tok_s)
-                    .zip(pick(a, |f| f.total_tok_s))
-                    .map(|(y, x)| y / x);
-                let ttft = pick(b, |f| f.ttft_ms.median)
-                    .zip(pick(a, |f| f.ttft_ms.median))
-                    .map(|(y, x)| y / x);
-                let changed = a.status_label() != b.status_label();
-                let style = rate
-                    .map(|r| format!(" style=\"background-color:{}\"", ratio_colour(r, true)))
-                    .unwrap_or_default();
-                let _ = write!(
-                    o,
-                    "<td class=\"ratio{}\" data-context=\"{ctx}\" data-concurrency=\"{n}\" \
-                     data-ratio-tok-s=\"{}\" data-ratio-ttft=\"{}\"{style}>\
-                     <span class=\"rate\">{}</span><span class=\"ttft\">{}</span>",
-                    if changed { " flagged" } else { "" },
-                    data_number(rate),
-                    data_number(ttft),
-                    rate.map_or("—".to_string(), |r| format!("×{r:.2} tok/s")),
-                    ttft.map_or("—".to_string(), |r| format!("×{r:.2} TTFT")),
-                );
-                if changed {
-                    let _ = write!(
-                        o,
-                        "<span class=\"badge\">{} → {}</span>",
-                        escape(&a.status_label()),
-                        escape(&b.status_label())
-                    );
-                }
-                let _ = write!(o, "</td>");
-            }
-            let _ = writeln!(o, "</tr>");
-        }
-        let _ = writeln!(o, "</tbody>\n</table>");
-        let d = crate::diff::diff(base, s, 0.0);
-        if d.verdicts_changed.is_empty() {
-            let _ = writeln!(o, "<p>No verdict changed.</p>");
-        } else {
-            let _ = writeln!(o, "<p>Verdicts changed:</p>\n<ul>");
-            for c in &d.verdicts_changed {
-                let _ = writeln!(
-                    o,
-                    "<li>{} {} × {}: {} → {}</li>",
-                    c.cell.phase,
-                    escape(&context_label(c.cell.context)),
-                    c.cell.concurrency,
-                    escape(&c.status_a),
-                    escape(&c.status_b)
-                );
-            }
-            let _ = writeln!(o, "</ul>");
-        }
+    for (i, (label, s)) in sides.iter().enumerate().skip(1) {
+        let (base_label, base) = match baseline {
+            Baseline::First => &sides[0],
+            Baseline::Previous => &sides[i - 1],
+        };
+        ratio_map(o, (base_label, base), (label, s), baseline);
     }
     for (label, s) in sides {
         let _ = writeln!(o, "<h2>{}: sustained decode</h2>", escape(label));
-        heat_table(&mut o, s, None);
+        heat_table(o, s, None);
         for line in matrix_footer(s) {
             let _ = writeln!(o, "<p class=\"legend\">{}</p>", escape(&line));
         }
     }
     let _ = writeln!(
         o,
-        "<footer>{}</footer>\n</body>\n</html>",
+        "<footer>{}</footer>",
         sides
             .iter()
             .map(|(label, s)| format!("{}: {}", escape(label), escape(&scored_by(s))))
             .collect::<Vec<_>>()
             .join("<br>")
     );
-    o
+}
+
+/// One ratio heat map, `(label, s)` over `(base_label, base)`, and the cells whose
+/// verdict changed between them.
+fn ratio_map(
+    o: &mut String,
+    (base_label, base): (&String, &Scoring),
+    (label, s): (&String, &Scoring),
+    baseline: Baseline,
+) {
+    let title = match baseline {
+        Baseline::First => format!("{} / {}", escape(label), escape(base_label)),
+        Baseline::Previous => format!("{} → {}", escape(base_label), escape(label)),
+    };
+    let _ = writeln!(
+        o,
+        "<h2>{title}</h2>\n<p>Per cell: total tok/s and median TTFT of {} divided by {}'s. \
+         Green is better (more tok/s, less TTFT), red worse; saturated at ×2 and ×½. \
+         A changed verdict is written in the cell and hatched.</p>",
+        escape(label),
+        escape(base_label)
+    );
+    let (mut contexts, mut levels) = matrix_axes(base);
+    let (c2, l2) = matrix_axes(s);
+    contexts.extend(c2);
+    levels.extend(l2);
+    contexts.sort_unstable();
+    contexts.dedup();
+    levels.sort_unstable();
+    levels.dedup();
+    let _ = write!(
+        o,
+        "<table class=\"heat ratio\">\n<thead><tr><th>Context</th>"
+    );
+    matrix_head(o, &levels);
+    for ctx in &contexts {
+        row_head(o, *ctx);
+        for n in &levels {
+            let (a, b) = (decode_cell(base, *ctx, *n), decode_cell(s, *ctx, *n));
+            let (Some(a), Some(b)) = (a, b) else {
+                let _ = write!(
+                    o,
+                    "<td>only in {}</td>",
+                    escape(if a.is_some() { base_label } else { label })
+                );
+                continue;
+            };
+            ratio_cell(o, (*ctx, *n), a, b);
+        }
+        let _ = writeln!(o, "</tr>");
+    }
+    let _ = writeln!(o, "</tbody>\n</table>");
+    let d = crate::diff::diff(base, s, 0.0);
+    if d.verdicts_changed.is_empty() {
+        let _ = writeln!(o, "<p>No verdict changed.</p>");
+    } else {
+        let _ = writeln!(o, "<p>Verdicts changed:</p>\n<ul>");
+        for c in &d.verdicts_changed {
+            let _ = writeln!(
+                o,
+                "<li>{} {} × {}: {} → {}</li>",
+                c.cell.phase,
+                escape(&context_label(c.cell.context)),
+                c.cell.concurrency,
+                escape(&c.status_a),
+                escape(&c.status_b)
+            );
+        }
+        let _ = writeln!(o, "</ul>");
+    }
+}
+
+/// One cell of a ratio heat map: B's total tok/s and median TTFT over A's.
+fn ratio_cell(o: &mut String, (ctx, n): (u32, u32), a: &CellScore, b: &CellScore) {
+    let pick = |c: &CellScore, f: fn(&crate::contract::Figures) -> Option<f64>| {
+        shown(c).and_then(f).filter(|v| v.is_finite() && *v > 0.0)
+    };
+    let rate = pick(b, |f| f.total_tok_s)
+        .zip(pick(a, |f| f.total_tok_s))
+        .map(|(y, x)| y / x);
+    let ttft = pick(b, |f| f.ttft_ms.median)
+        .zip(pick(a, |f| f.ttft_ms.median))
+        .map(|(y, x)| y / x);
+    let changed = a.status_label() != b.status_label();
+    let style = rate
+        .map(|r| format!(" style=\"background-color:{}\"", ratio_colour(r, true)))
+        .unwrap_or_default();
+    let _ = write!(
+        o,
+        "<td class=\"ratio{}\" data-context=\"{ctx}\" data-concurrency=\"{n}\" \
+         data-ratio-tok-s=\"{}\" data-ratio-ttft=\"{}\"{style}>\
+         <span class=\"rate\">{}</span><span class=\"ttft\">{}</span>",
+        if changed { " flagged" } else { "" },
+        data_number(rate),
+        data_number(ttft),
+        rate.map_or("—".to_string(), |r| format!("×{r:.2} tok/s")),
+        ttft.map_or("—".to_string(), |r| format!("×{r:.2} TTFT")),
+    );
+    if changed {
+        let _ = write!(
+            o,
+            "<span class=\"badge\">{} → {}</span>",
+            escape(&a.status_label()),
+            escape(&b.status_label())
+        );
+    }
+    let _ = write!(o, "</td>");
 }
 
 /// The GPU power section: the mean draw and tokens per joule of each decode cell, or

@@ -8,6 +8,7 @@ mod csv;
 mod html;
 mod markdown;
 mod model;
+pub mod site;
 
 use std::collections::BTreeMap;
 

@@ -194,6 +194,31 @@ impl RunStore {
             .map(|_| ())
     }
 
+    /// Every object of the run, one line each (its key, size, ETag or modification
+    /// time), sorted: what changes when any of its objects does, without downloading one
+    /// (`tokentrace site` re-renders a stored run only when this changes).
+    pub async fn listing(&self) -> Result<Vec<String>, StoreError> {
+        let mut listing = self.store.list(Some(&self.root));
+        let mut out = Vec::new();
+        while let Some(meta) = listing.next().await {
+            let meta = meta.map_err(|source| StoreError::Store {
+                what: "list",
+                key: self.root.to_string(),
+                source,
+            })?;
+            out.push(format!(
+                "{} {} {}",
+                meta.location,
+                meta.size,
+                meta.e_tag
+                    .clone()
+                    .unwrap_or_else(|| meta.last_modified.to_rfc3339())
+            ));
+        }
+        out.sort();
+        Ok(out)
+    }
+
     /// Every object under `prefix`, as its path's parts.
     async fn list_parts(&self, prefix: &Key) -> Result<Vec<Vec<String>>, StoreError> {
         let mut listing = self.store.list(Some(prefix));

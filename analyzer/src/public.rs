@@ -1,0 +1,393 @@
+//! What a scoring may show the public: host names, IP addresses and file paths are
+//! dropped from every text of it (facts, target, launch command, cell reasons, evidence),
+//! and each drop is listed by where it was and what it was, never by its value.
+
+use std::collections::BTreeMap;
+use std::net::{IpAddr, SocketAddr};
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::contract::Scoring;
+
+/// What was dropped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Kind {
+    HostName,
+    IpAddress,
+    Path,
+}
+
+impl Kind {
+    fn words(self, n: usize) -> String {
+        let (one, many) = match self {
+            Kind::HostName => ("host name", "host names"),
+            Kind::IpAddress => ("IP address", "IP addresses"),
+            Kind::Path => ("path", "paths"),
+        };
+        format!("{n} {}", if n == 1 { one } else { many })
+    }
+
+    /// What stands in for a dropped value of this kind.
+    fn mark(self) -> &'static str {
+        match self {
+            Kind::HostName => "[host]",
+            Kind::IpAddress => "[ip]",
+            Kind::Path => "…",
+        }
+    }
+}
+
+/// One place something was dropped from, and how many of each kind.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Dropped {
+    /// Where: `run.target`, `fact engine.model_path`, `cell decode 1024×4 reason`.
+    pub place: String,
+    pub counts: BTreeMap<Kind, usize>,
+}
+
+impl Dropped {
+    /// "run.launch_command: 2 paths, 1 IP address".
+    pub fn line(&self) -> String {
+        let what: Vec<String> = self.counts.iter().map(|(k, n)| k.words(*n)).collect();
+        format!("{}: {}", self.place, what.join(", "))
+    }
+}
+
+/// Server routes that look like absolute paths but name no file of the host.
+const ROUTES: [&str; 14] = [
+    "/v1",
+    "/metrics",
+    "/version",
+    "/props",
+    "/health",
+    "/tokenize",
+    "/detokenize",
+    "/slots",
+    "/server_info",
+    "/get_server_info",
+    "/get_model_info",
+    "/proc/",
+    "/sys/",
+    "/dev/",
+];
+
+/// Options whose value names the host a server listens on or is reached at.
+const HOST_OPTIONS: [&str; 6] = [
+    "--host",
+    "--hostname",
+    "--address",
+    "--bind",
+    "--host-ip",
+    "--listen",
+];
+
+/// `s` as the public may see it: every text scrubbed of host names, IP addresses and
+/// paths (a path keeps its last part: `/data/models/Llama-3` becomes `…/Llama-3`), and
+/// the list of what was dropped, by place, in the order met.
+pub fn scrub(s: &Scoring) -> Result<(Scoring, Vec<Dropped>), serde_json::Error> {
+    let mut value = serde_json::to_value(s)?;
+    let mut dropped = Vec::new();
+    walk(&mut value, &mut String::new(), &mut dropped);
+    Ok((serde_json::from_value(value)?, dropped))
+}
+
+/// A label for element `i` of an array: a fact by its key, a cell by its name.
+fn element_label(v: &Value, i: usize) -> String {
+    let text = |k: &str| v.get(k).and_then(Value::as_str);
+    let number = |k: &str| v.get(k).and_then(Value::as_u64);
+    if let Some(key) = text("key") {
+        return key.to_string();
+    }
+    if let (Some(p), Some(c), Some(n)) = (text("phase"), number("context"), number("concurrency")) {
+        return format!("{p} {c}×{n}");
+    }
+    i.to_string()
+}
+
+fn walk(v: &mut Value, place: &mut String, dropped: &mut Vec<Dropped>) {
+    match v {
+        Value::String(text) => {
+            let host_fact = place.contains("facts[")
+                && place.ends_with(".value")
+                && ["hostname", "host.name", ".ip", "address"]
+                    .iter()
+                    .any(|k| place.contains(k));
+            let mut counts = BTreeMap::new();
+            let clean = if host_fact && !text.is_empty() {
+                counts.insert(Kind::HostName, 1);
+                Kind::HostName.mark().to_string()
+            } else {
+                scrub_text(text, &mut counts)
+            };
+            if !counts.is_empty() {
+                *text = clean;
+                dropped.push(Dropped {
+                    place: shown_place(place),
+                    counts,
+                });
+            }
+        }
+        Value::Array(items) => {
+            let at = place.len();
+            for (i, item) in items.iter_mut().enumerate() {
+                place.push_str(&format!("[{}]", element_label(item, i)));
+                walk(item, place, dropped);
+                place.truncate(at);
+            }
+        }
+        Value::Object(map) => {
+            let at = place.len();
+            for (k, item) in map.iter_mut() {
+                if !place.is_empty() {
+                    place.push('.');
+                }
+                place.push_str(k);
+                walk(item, place, dropped);
+                place.truncate(at);
+            }
+        }
+        _ => {}
+    }
+}
+
+/// A JSON place as a reader names it: `run.facts[engine.model_path].value` is
+/// `fact engine.model_path`, `cells[decode 1024×4].reason` is `cell decode 1024×4 reason`.
+fn shown_place(place: &str) -> String {
+    if let Some(rest) = place.strip_prefix("run.facts[")
+        && let Some((key, field)) = rest.split_once(']')
+    {
+        let field = field.trim_start_matches('.');
+        return if field == "value" {
+            format!("fact {key}")
+        } else {
+            format!("fact {key} {field}")
+        };
+    }
+    if let Some(rest) = place.strip_prefix("cells[")
+        && let Some((cell, field)) = rest.split_once(']')
+    {
+        return format!("cell {cell} {}", field.trim_start_matches('.'))
+            .trim_end()
+            .to_string();
+    }
+    place.to_string()
+}
+
+/// Characters that end a token of text (kept as they are).
+fn separator(c: char) -> bool {
+    c.is_whitespace()
+        || matches!(
+            c,
+            '"' | '\'' | ',' | ';' | '(' | ')' | '<' | '>' | '{' | '}' | '|' | '`'
+        )
+}
+
+/// `text` with its host names, IP addresses and paths replaced, counting each.
+pub fn scrub_text(text: &str, counts: &mut BTreeMap<Kind, usize>) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut token = String::new();
+    let mut host_next = false;
+    let mut flush = |token: &mut String, out: &mut String, host_next: &mut bool| {
+        if token.is_empty() {
+            return;
+        }
+        let was_host_option = std::mem::take(host_next);
+        let (clean, kind) = if was_host_option {
+            let kind = if ip(token) {
+                Kind::IpAddress
+            } else {
+                Kind::HostName
+            };
+            (kind.mark().to_string(), Some(kind))
+        } else {
+            scrub_token(token)
+        };
+        if let Some(k) = kind {
+            *counts.entry(k).or_default() += 1;
+        }
+        *host_next = HOST_OPTIONS.contains(&token.as_str());
+        out.push_str(&clean);
+        token.clear();
+    };
+    for c in text.chars() {
+        if separator(c) {
+            flush(&mut token, &mut out, &mut host_next);
+            out.push(c);
+            // Whitespace and quotes keep an option's value coming; anything else ends it.
+            if !(c.is_whitespace() || c == '"' || c == '\'') {
+                host_next = false;
+            }
+        } else {
+            token.push(c);
+        }
+    }
+    flush(&mut token, &mut out, &mut host_next);
+    out
+}
+
+/// Whether `t` is an IP address, with or without a port or brackets.
+fn ip(t: &str) -> bool {
+    let t = t.trim_end_matches(['.', ':']);
+    t.parse::<IpAddr>().is_ok()
+        || t.parse::<SocketAddr>().is_ok()
+        || t.trim_start_matches('[')
+            .trim_end_matches(']')
+            .parse::<IpAddr>()
+            .is_ok()
+}
+
+/// A name like `gpu-node-7.cluster.internal`: three or more labels of letters, digits
+/// and hyphens, the last all letters (so `0.32.0` and `model.gguf` are not).
+fn host_name(t: &str) -> bool {
+    let labels: Vec<&str> = t.split('.').collect();
+    labels.len() >= 3
+        && labels
+            .iter()
+            .all(|l| !l.is_empty() && l.chars().all(|c| c.is_ascii_alphanumeric() || c == '-'))
+        && labels
+            .last()
+            .is_some_and(|l| l.len() >= 2 && l.chars().all(|c| c.is_ascii_alphabetic()))
+        && labels
+            .iter()
+            .any(|l| l.chars().any(|c| c.is_ascii_alphabetic()))
+}
+
+/// An absolute path of the host (not a server route, not a kernel interface).
+fn path(t: &str) -> bool {
+    (t.starts_with('/') && t.len() > 1 && !ROUTES.iter().any(|r| t.starts_with(r)))
+        || t.starts_with("~/")
+        || (t.len() > 2 && t.as_bytes()[1] == b':' && matches!(t.as_bytes()[2], b'\\' | b'/'))
+}
+
+/// A path's stand-in: `…/` and its last part.
+fn path_mark(t: &str) -> String {
+    let last = t
+        .trim_end_matches(['/', '\\'])
+        .rsplit(['/', '\\'])
+        .next()
+        .unwrap_or_default();
+    format!("{}/{last}", Kind::Path.mark())
+}
+
+/// One token scrubbed, and what it was when something was dropped.
+fn scrub_token(t: &str) -> (String, Option<Kind>) {
+    // `--model=/data/x`, `HOST=10.0.0.1`: the value after the first `=`.
+    if let Some((key, value)) = t.split_once('=')
+        && !key.is_empty()
+        && !value.is_empty()
+    {
+        if HOST_OPTIONS.contains(&key) {
+            let kind = if ip(value) {
+                Kind::IpAddress
+            } else {
+                Kind::HostName
+            };
+            return (format!("{key}={}", kind.mark()), Some(kind));
+        }
+        let (clean, kind) = scrub_token(value);
+        return (format!("{key}={clean}"), kind);
+    }
+    // scheme://[user@]host[:port]/rest: the authority goes, the route stays.
+    if let Some((scheme, rest)) = t.split_once("://") {
+        let (authority, route) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
+        if authority.is_empty() {
+            return if path(route) {
+                (format!("{scheme}://{}", path_mark(route)), Some(Kind::Path))
+            } else {
+                (t.to_string(), None)
+            };
+        }
+        let host = authority.rsplit('@').next().unwrap_or(authority);
+        let kind = if ip(host) || ip(host.rsplit_once(':').map_or(host, |(h, _)| h)) {
+            Kind::IpAddress
+        } else {
+            Kind::HostName
+        };
+        return (format!("{scheme}://{}{route}", kind.mark()), Some(kind));
+    }
+    let bare = t.trim_end_matches(['.', ':', ']', '[']);
+    if ip(t) || ip(bare) {
+        return (Kind::IpAddress.mark().to_string(), Some(Kind::IpAddress));
+    }
+    if path(t) {
+        return (path_mark(t), Some(Kind::Path));
+    }
+    if host_name(bare) {
+        return (
+            format!("{}{}", Kind::HostName.mark(), &t[bare.len()..]),
+            Some(Kind::HostName),
+        );
+    }
+    (t.to_string(), None)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn scrubbed(text: &str) -> (String, BTreeMap<Kind, usize>) {
+        let mut counts = BTreeMap::new();
+        (scrub_text(text, &mut counts), counts)
+    }
+
+    #[test]
+    fn a_launch_command_keeps_its_options_and_loses_where_it_ran() {
+        let (text, counts) = scrubbed(
+            "vllm serve /home/alice/models/Llama-3 --host 10.1.2.3 --port 8000 \
+             --download-dir=/mnt/cache --served-model-name org/Llama-3 -tp 4",
+        );
+        assert_eq!(
+            text,
+            "vllm serve …/Llama-3 --host [ip] --port 8000 --download-dir=…/cache \
+             --served-model-name org/Llama-3 -tp 4"
+        );
+        assert_eq!(counts[&Kind::Path], 2);
+        assert_eq!(counts[&Kind::IpAddress], 1);
+    }
+
+    #[test]
+    fn urls_lose_their_authority_and_keep_their_route() {
+        assert_eq!(
+            scrubbed("http://gpu7.corp.example:8000/v1").0,
+            "http://[host]/v1"
+        );
+        assert_eq!(scrubbed("http://[fe80::1]:8000").0, "http://[ip]");
+        assert_eq!(scrubbed("https://user:pw@10.0.0.1/x").0, "https://[ip]/x");
+        assert_eq!(scrubbed("file:///data/runs/a").0, "file://…/a");
+    }
+
+    #[test]
+    fn host_names_ips_and_paths_in_prose_are_found() {
+        let (text, counts) = scrubbed(
+            "connect to node-3.cluster.internal failed (::1, 192.168.0.7:8000); see '/var/log/x.log'.",
+        );
+        assert_eq!(
+            text,
+            "connect to [host] failed ([ip], [ip]); see '…/x.log'."
+        );
+        assert_eq!(counts.values().sum::<usize>(), 4);
+        assert_eq!(scrubbed("--hostname=box1").0, "--hostname=[host]");
+        assert_eq!(scrubbed("--host box1 --port 1").0, "--host [host] --port 1");
+    }
+
+    #[test]
+    fn what_is_not_a_host_an_ip_or_a_path_stays() {
+        for text in [
+            "vLLM 0.32.0",
+            "2026-12-06T09:05:19.123456789Z",
+            "deepseek-ai/DeepSeek-V4-Flash",
+            "Qwen2.5-7B-Instruct model.gguf",
+            "vllm:num_requests_running",
+            "vLLM /version, metrics vllm:cache_config_info, /proc/meminfo",
+            "/v1/chat/completions",
+            "4× NVIDIA H200",
+            "std::vector<int>",
+        ] {
+            let (out, counts) = scrubbed(text);
+            assert_eq!(out, text);
+            assert!(counts.is_empty(), "{text}: {counts:?}");
+        }
+    }
+}
