@@ -1,7 +1,8 @@
 //! `tokentrace site`: a fleet of recorded and imported runs published as plain files:
 //! every run's page is its report plus the navigation bar, every link resolves, hostile
 //! facts are text, a second build rewrites only what a new run touches, `--public` drops
-//! hosts, IPs and paths and lists them, `--rules` is said on every page.
+//! hosts, IPs and paths and lists them, `--rules` is said on every page; a fleet in an
+//! object store (`file://`) is published by its URL, and listed, not fetched, when unchanged.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -429,4 +430,50 @@ fn rules_named_for_the_site_are_said_on_every_page() {
             "{row}"
         );
     }
+}
+
+#[test]
+fn a_stored_fleet_is_published_by_its_url_and_left_alone_while_unchanged() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let fleet = tmp.path().join("bucket/fleet");
+    run_copy("sim-chat", &fleet.join("a"), release("0.31.0", 1));
+    run_copy("sim-chat", &fleet.join("b"), release("0.32.0", 2));
+    let url = format!("file://{}", fleet.display());
+    let out = tmp.path().join("site");
+    let args = [url.as_str(), "--out", out.to_str().expect("utf-8")];
+    let (printed, _) = site(&args);
+    assert!(printed.contains("2 runs (2 rendered"), "{printed}");
+    // The same pages as from the folders.
+    let local = tmp.path().join("local");
+    site(&[
+        fleet.to_str().expect("utf-8"),
+        "--out",
+        local.to_str().expect("utf-8"),
+    ]);
+    let pages = |dir: &Path| -> BTreeSet<String> {
+        files(dir)
+            .into_iter()
+            .filter(|(r, _)| r.starts_with("runs/") && r.ends_with(".html"))
+            .map(|(_, p)| without_nav(&std::fs::read_to_string(p).expect("page")))
+            .collect()
+    };
+    assert_eq!(pages(&out), pages(&local));
+    // Unchanged in the store: listed, not downloaded or written again.
+    let old = age(&out);
+    let (printed, _) = site(&args);
+    assert!(
+        printed.contains("2 runs (0 rendered, 2 unchanged"),
+        "{printed}"
+    );
+    assert_eq!(touched(&out, old), BTreeSet::new());
+    // An object of one run changes in the store: that run is rendered again.
+    let mark = fleet.join("b/cells/phase=decode/context=256/concurrency=2/events.parquet");
+    let mut bytes = std::fs::read(&mark).expect("read");
+    bytes.push(0);
+    std::fs::write(&mark, bytes).expect("write");
+    let (printed, _) = site(&args);
+    assert!(
+        printed.contains("2 runs (1 rendered, 1 unchanged"),
+        "{printed}"
+    );
 }
