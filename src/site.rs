@@ -280,7 +280,15 @@ pub fn build(args: &SiteArgs) -> anyhow::Result<Summary> {
     };
     let mut dirty: BTreeSet<Group> = BTreeSet::new();
     for location in &locations {
-        let key = sha(location.as_bytes());
+        // A folder by its absolute path: the same run keeps its page's address however
+        // the folder is named on the command line.
+        let canonical = if is_url(location) {
+            location.clone()
+        } else {
+            std::fs::canonicalize(location)
+                .map_or_else(|_| location.clone(), |p| p.display().to_string())
+        };
+        let key = sha(canonical.as_bytes());
         if state.runs.contains_key(&key) {
             continue;
         }

@@ -55,8 +55,9 @@ impl Dropped {
     }
 }
 
-/// Server routes that look like absolute paths but name no file of the host.
-const ROUTES: [&str; 14] = [
+/// Absolute paths that say nothing of a host: server routes, kernel interfaces, and the
+/// files every Linux names its release in.
+const ROUTES: [&str; 16] = [
     "/v1",
     "/metrics",
     "/version",
@@ -71,6 +72,8 @@ const ROUTES: [&str; 14] = [
     "/proc/",
     "/sys/",
     "/dev/",
+    "/etc/os-release",
+    "/usr/lib/os-release",
 ];
 
 /// Options whose value names the host a server listens on or is reached at.
@@ -238,11 +241,41 @@ fn ip(t: &str) -> bool {
             .is_ok()
 }
 
+/// Endings of file names, which a host name never has.
+const FILE_ENDINGS: [&str; 22] = [
+    "json",
+    "jsonl",
+    "parquet",
+    "csv",
+    "zst",
+    "gz",
+    "tar",
+    "zip",
+    "gguf",
+    "safetensors",
+    "bin",
+    "pt",
+    "txt",
+    "log",
+    "toml",
+    "yaml",
+    "yml",
+    "py",
+    "sh",
+    "html",
+    "md",
+    "sse",
+];
+
 /// A name like `gpu-node-7.cluster.internal`: three or more labels of letters, digits
-/// and hyphens, the last all letters (so `0.32.0` and `model.gguf` are not).
+/// and hyphens, the last all letters and no file's ending (so `0.32.0`, `model.gguf`
+/// and `results-0.4.18.json` are not).
 fn host_name(t: &str) -> bool {
     let labels: Vec<&str> = t.split('.').collect();
     labels.len() >= 3
+        && labels
+            .last()
+            .is_some_and(|l| !FILE_ENDINGS.contains(&l.to_ascii_lowercase().as_str()))
         && labels
             .iter()
             .all(|l| !l.is_empty() && l.chars().all(|c| c.is_ascii_alphanumeric() || c == '-'))
@@ -254,9 +287,13 @@ fn host_name(t: &str) -> bool {
             .any(|l| l.chars().any(|c| c.is_ascii_alphabetic()))
 }
 
-/// An absolute path of the host (not a server route, not a kernel interface).
+/// An absolute path of the host (not a server route, not a kernel interface): two or
+/// more parts (`/data/x`; a lone `/script` is markup's or a route's more often than a
+/// folder worth hiding).
 fn path(t: &str) -> bool {
-    (t.starts_with('/') && t.len() > 1 && !ROUTES.iter().any(|r| t.starts_with(r)))
+    (t.starts_with('/')
+        && t.split('/').filter(|p| !p.is_empty()).count() >= 2
+        && !ROUTES.iter().any(|r| t.starts_with(r)))
         || t.starts_with("~/")
         || (t.len() > 2 && t.as_bytes()[1] == b':' && matches!(t.as_bytes()[2], b'\\' | b'/'))
 }
@@ -384,6 +421,7 @@ mod tests {
             "/v1/chat/completions",
             "4× NVIDIA H200",
             "std::vector<int>",
+            "results-0.4.18.json, /script, /etc/os-release",
         ] {
             let (out, counts) = scrubbed(text);
             assert_eq!(out, text);

@@ -96,7 +96,8 @@ table.sortable th[aria-sort=descending]::after{content:' ▼'}\
 .legend{color:#374151}.charts{display:flex;flex-wrap:wrap;gap:1rem}.charts>div{flex:1 1 22rem;max-width:40rem}footer{margin-top:2rem;color:#6b7280;border-top:1px solid #e5e7eb;padding-top:.5rem}";
 
 /// Sorts a `table.sortable` by the clicked column: numbers by their `data-sort`
-/// value, text by its content; a second click reverses.
+/// value, text by its content; a second click reverses. Cells without a number stay
+/// last both ways.
 pub(super) const SCRIPT: &str = "\
 document.querySelectorAll('table.sortable').forEach(function(t){\
 var hs=t.tHead.rows[0].cells;\
@@ -108,7 +109,7 @@ var b=t.tBodies[0],rows=Array.prototype.slice.call(b.rows);\
 rows.sort(function(x,y){var a=x.cells[i],c=y.cells[i];\
 var p=a.getAttribute('data-sort'),q=c.getAttribute('data-sort');var r;\
 if(p!==null&&q!==null&&p!==''&&q!==''){r=parseFloat(p)-parseFloat(q)}\
-else if(p===''||q===''){r=(p===''?1:0)-(q===''?1:0)}\
+else if(p===''||q===''){return (p===''?1:0)-(q===''?1:0)}\
 else{r=a.textContent.localeCompare(c.textContent)}\
 return asc?r:-r});rows.forEach(function(r){b.appendChild(r)})})})});";
 

@@ -240,6 +240,9 @@ impl Banner {
     }
 }
 
+/// The index's and group pages' tables: text to the left, numbers to the right.
+const INDEX_STYLE: &str = "#runs td,#over-time td{text-align:left}#runs td[data-sort],#over-time td[data-sort]{text-align:right}select{max-width:24rem}";
+
 const NAV_STYLE: &str = "background:#f3f4f6;border:1px solid #e5e7eb;padding:.4rem .75rem;margin:0 0 1rem;font-size:13px";
 
 /// The navigation bar of a run's page: back to the index and the run's group, its
@@ -300,7 +303,7 @@ fn head(o: &mut String, title: &str) {
         o,
         "<!doctype html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n\
          <meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n\
-         <title>{}</title>\n<style>{STYLE}</style>\n</head>\n<body>\n",
+         <title>{}</title>\n<style>{STYLE}{INDEX_STYLE}</style>\n</head>\n<body>\n",
         escape(title)
     );
 }
@@ -343,7 +346,14 @@ fs.forEach(function(f){f.addEventListener('change',apply)});apply()})();";
 pub fn index_page(title: &str, rows: &[&RunRow], banner: &Banner) -> String {
     let mut o = String::new();
     head(&mut o, title);
-    let groups: BTreeSet<&Group> = rows.iter().map(|r| &r.group).collect();
+    let mut groups: Vec<&Group> = rows
+        .iter()
+        .map(|r| &r.group)
+        .collect::<BTreeSet<_>>()
+        .into_iter()
+        .collect();
+    // As a reader looks for them: by title, whatever the case.
+    groups.sort_by_key(|g| (g.title().to_lowercase(), g.slug.clone()));
     let _ = writeln!(
         o,
         "<h1>{}</h1>\n<p class=\"sub\">{} runs · {} groups (a model on one kind of hardware) · {}</p>",
@@ -389,7 +399,18 @@ pub fn index_page(title: &str, rows: &[&RunRow], banner: &Banner) -> String {
             "<label>{label} <select id=\"filter-{key}\" data-filter=\"{key}\"><option value=\"\">all</option>"
         );
         for v in values {
-            let _ = write!(o, "<option value=\"{0}\">{0}</option>", escape(&v));
+            // The choice's text at most 60 characters (a whole `nvidia-smi` line is a
+            // hardware text too); its value whole.
+            let mut shown: String = v.chars().take(60).collect();
+            if shown.len() < v.len() {
+                shown.push('…');
+            }
+            let _ = write!(
+                o,
+                "<option value=\"{}\">{}</option>",
+                escape(&v),
+                escape(&shown)
+            );
         }
         let _ = writeln!(o, "</select></label>");
     }
