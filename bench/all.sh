@@ -30,6 +30,8 @@ echo "## re-scoring speed"
 bash bench/rescore.sh
 echo "## runs of any size: 1x and 10x the reference matrix, diff, catalog (issue 43)"
 bash bench/scale.sh "1 10"
+echo "## a fleet as a website: 1,000 small runs (issue 46)"
+bash bench/site_scale.sh 1000
 echo "## hot paths"
 cargo bench --quiet -p tokentrace-wire --bench sse_parse
 cargo bench --quiet -p tokentrace-schemas --bench chunk_writer

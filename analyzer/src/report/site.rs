@@ -426,8 +426,14 @@ pub fn index_page(title: &str, rows: &[&RunRow], banner: &Banner) -> String {
         rows.len()
     );
     let mut ordered: Vec<&&RunRow> = rows.iter().collect();
-    ordered.sort_by(|a, b| {
-        (&a.group, &a.started_utc, &a.slug).cmp(&(&b.group, &b.started_utc, &b.slug))
+    // In the groups' order (by title, whatever the case), then by date.
+    ordered.sort_by_cached_key(|r| {
+        (
+            r.group.title().to_lowercase(),
+            r.group.slug.clone(),
+            r.started_utc.clone(),
+            r.slug.clone(),
+        )
     });
     for r in ordered {
         let _ = writeln!(
