@@ -55,9 +55,9 @@ impl Dropped {
     }
 }
 
-/// Absolute paths that say nothing of a host: server routes, kernel interfaces, and the
-/// files every Linux names its release in.
-const ROUTES: [&str; 16] = [
+/// Absolute paths that say nothing of a host: server routes (a route or below it),
+/// kernel interfaces, and the files every Linux names its release in.
+const ROUTES: [&str; 13] = [
     "/v1",
     "/metrics",
     "/version",
@@ -69,31 +69,55 @@ const ROUTES: [&str; 16] = [
     "/server_info",
     "/get_server_info",
     "/get_model_info",
-    "/proc/",
-    "/sys/",
-    "/dev/",
     "/etc/os-release",
     "/usr/lib/os-release",
 ];
 
-/// Options whose value names the host a server listens on or is reached at.
-const HOST_OPTIONS: [&str; 6] = [
-    "--host",
-    "--hostname",
-    "--address",
-    "--bind",
-    "--host-ip",
-    "--listen",
-];
+/// Kernel interfaces, the same on every Linux box: anything below them.
+const KERNEL: [&str; 2] = ["/proc/", "/sys/"];
+
+/// Whether option or variable `key` (`--host`, `--dist-init-addr`, `MASTER_ADDR`,
+/// `VLLM_HOST_IP`) names a host.
+fn host_key(key: &str) -> bool {
+    let k = key.trim_start_matches('-').to_ascii_lowercase();
+    k.contains("host") || k.contains("addr") || matches!(k.as_str(), "bind" | "listen")
+}
+
+/// `--name`, `-n`, `NAME`, `name`: what may stand before `=` in an option or a variable.
+fn option_like(key: &str) -> bool {
+    let name = key.trim_start_matches('-');
+    key.len() - name.len() <= 2
+        && name
+            .chars()
+            .next()
+            .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-'))
+}
 
 /// `s` as the public may see it: every text scrubbed of host names, IP addresses and
 /// paths (a path keeps its last part: `/data/models/Llama-3` becomes `…/Llama-3`), and
-/// the list of what was dropped, by place, in the order met.
+/// the list of what was dropped, by place, in the order met. Object keys are scrubbed
+/// as their values are (an engine's details are keyed by what it reported).
 pub fn scrub(s: &Scoring) -> Result<(Scoring, Vec<Dropped>), serde_json::Error> {
     let mut value = serde_json::to_value(s)?;
     let mut dropped = Vec::new();
     walk(&mut value, &mut String::new(), &mut dropped);
     Ok((serde_json::from_value(value)?, dropped))
+}
+
+/// `text` scrubbed, with what was dropped recorded at `place`.
+pub fn scrub_at(text: &str, place: &str, dropped: &mut Vec<Dropped>) -> String {
+    let mut counts = BTreeMap::new();
+    let clean = scrub_text(text, &mut counts);
+    if !counts.is_empty() {
+        dropped.push(Dropped {
+            place: scrub_text(place, &mut BTreeMap::new()),
+            counts,
+        });
+    }
+    clean
 }
 
 /// A label for element `i` of an array: a fact by its key, a cell by its name.
@@ -112,24 +136,25 @@ fn element_label(v: &Value, i: usize) -> String {
 fn walk(v: &mut Value, place: &mut String, dropped: &mut Vec<Dropped>) {
     match v {
         Value::String(text) => {
-            let host_fact = place.contains("facts[")
+            let host_fact = place.starts_with("run.facts[")
                 && place.ends_with(".value")
-                && ["hostname", "host.name", ".ip", "address"]
-                    .iter()
-                    .any(|k| place.contains(k));
-            let mut counts = BTreeMap::new();
-            let clean = if host_fact && !text.is_empty() {
-                counts.insert(Kind::HostName, 1);
-                Kind::HostName.mark().to_string()
-            } else {
-                scrub_text(text, &mut counts)
-            };
-            if !counts.is_empty() {
-                *text = clean;
+                && place
+                    .strip_prefix("run.facts[")
+                    .and_then(|r| r.split_once(']'))
+                    .is_some_and(|(key, _)| {
+                        key == "host.name"
+                            || key.contains("hostname")
+                            || key.contains("addr")
+                            || key.ends_with(".ip")
+                    });
+            if host_fact && !text.is_empty() {
                 dropped.push(Dropped {
                     place: shown_place(place),
-                    counts,
+                    counts: BTreeMap::from([(Kind::HostName, 1)]),
                 });
+                *text = Kind::HostName.mark().to_string();
+            } else {
+                *text = scrub_at(text, &shown_place(place), dropped);
             }
         }
         Value::Array(items) => {
@@ -142,13 +167,16 @@ fn walk(v: &mut Value, place: &mut String, dropped: &mut Vec<Dropped>) {
         }
         Value::Object(map) => {
             let at = place.len();
-            for (k, item) in map.iter_mut() {
+            let entries = std::mem::take(map);
+            for (k, mut item) in entries {
                 if !place.is_empty() {
                     place.push('.');
                 }
-                place.push_str(k);
-                walk(item, place, dropped);
+                let key = scrub_at(&k, &format!("{} (a name)", shown_place(place)), dropped);
+                place.push_str(&key);
+                walk(&mut item, place, dropped);
                 place.truncate(at);
+                map.insert(key, item);
             }
         }
         _ => {}
@@ -192,12 +220,14 @@ pub fn scrub_text(text: &str, counts: &mut BTreeMap<Kind, usize>) -> String {
     let mut out = String::with_capacity(text.len());
     let mut token = String::new();
     let mut host_next = false;
-    let mut flush = |token: &mut String, out: &mut String, host_next: &mut bool| {
+    let flush = |token: &mut String,
+                 out: &mut String,
+                 host_next: &mut bool,
+                 counts: &mut BTreeMap<Kind, usize>| {
         if token.is_empty() {
             return;
         }
-        let was_host_option = std::mem::take(host_next);
-        let (clean, kind) = if was_host_option {
+        let (clean, kind) = if std::mem::take(host_next) {
             let kind = if ip(token) {
                 Kind::IpAddress
             } else {
@@ -210,13 +240,16 @@ pub fn scrub_text(text: &str, counts: &mut BTreeMap<Kind, usize>) -> String {
         if let Some(k) = kind {
             *counts.entry(k).or_default() += 1;
         }
-        *host_next = HOST_OPTIONS.contains(&token.as_str());
+        // `--host gpu7`, and `--host="gpu7"`: the next token is the host.
+        *host_next = token.starts_with('-')
+            && option_like(token.trim_end_matches('='))
+            && host_key(token.trim_end_matches('='));
         out.push_str(&clean);
         token.clear();
     };
     for c in text.chars() {
         if separator(c) {
-            flush(&mut token, &mut out, &mut host_next);
+            flush(&mut token, &mut out, &mut host_next, counts);
             out.push(c);
             // Whitespace and quotes keep an option's value coming; anything else ends it.
             if !(c.is_whitespace() || c == '"' || c == '\'') {
@@ -226,7 +259,7 @@ pub fn scrub_text(text: &str, counts: &mut BTreeMap<Kind, usize>) -> String {
             token.push(c);
         }
     }
-    flush(&mut token, &mut out, &mut host_next);
+    flush(&mut token, &mut out, &mut host_next, counts);
     out
 }
 
@@ -289,12 +322,15 @@ fn host_name(t: &str) -> bool {
 
 /// An absolute path of the host (not a server route, not a kernel interface): two or
 /// more parts (`/data/x`; a lone `/script` is markup's or a route's more often than a
-/// folder worth hiding).
+/// folder worth hiding), a home-relative one, a Windows or a network one.
 fn path(t: &str) -> bool {
+    let route = |r: &&str| t == *r || t.strip_prefix(*r).is_some_and(|rest| rest.starts_with('/'));
     (t.starts_with('/')
         && t.split('/').filter(|p| !p.is_empty()).count() >= 2
-        && !ROUTES.iter().any(|r| t.starts_with(r)))
+        && !ROUTES.iter().any(route)
+        && !KERNEL.iter().any(|k| t.starts_with(k)))
         || t.starts_with("~/")
+        || t.starts_with("\\\\")
         || (t.len() > 2 && t.as_bytes()[1] == b':' && matches!(t.as_bytes()[2], b'\\' | b'/'))
 }
 
@@ -308,14 +344,91 @@ fn path_mark(t: &str) -> String {
     format!("{}/{last}", Kind::Path.mark())
 }
 
+/// A host as written in an address (`gpu7.corp:8000`, `[::1]:80`, `alice@10.0.0.1`):
+/// its kind, when it is an IP address or a host name.
+fn host_kind(authority: &str) -> Option<Kind> {
+    let host = authority.rsplit('@').next().unwrap_or(authority);
+    if ip(host) {
+        return Some(Kind::IpAddress);
+    }
+    let bare = host.rsplit_once(':').map_or(host, |(h, port)| {
+        if port.chars().all(|c| c.is_ascii_digit()) {
+            h
+        } else {
+            host
+        }
+    });
+    if ip(bare) {
+        Some(Kind::IpAddress)
+    } else if host_name(bare) {
+        Some(Kind::HostName)
+    } else {
+        None
+    }
+}
+
 /// One token scrubbed, and what it was when something was dropped.
 fn scrub_token(t: &str) -> (String, Option<Kind>) {
-    // `--model=/data/x`, `HOST=10.0.0.1`: the value after the first `=`.
+    // scheme://[user@]host[:port]/route?query: the authority goes, the route stays, the
+    // query's values are scrubbed; whatever stands before the scheme (`--url=`) stays.
+    if let Some(at) = t.find("://") {
+        let scheme_start = t[..at]
+            .rfind(|c: char| !(c.is_ascii_alphanumeric() || matches!(c, '+' | '.' | '-')))
+            .map_or(0, |i| i + 1);
+        let (before, scheme) = t[..at].split_at(scheme_start);
+        let rest = &t[at + 3..];
+        let end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+        let (authority, route) = rest.split_at(end);
+        let (route, query) = route.split_at(route.find('?').unwrap_or(route.len()));
+        let mut kind = None;
+        let mut query_out = String::new();
+        for (i, part) in query.trim_start_matches('?').split('&').enumerate() {
+            if query.is_empty() {
+                break;
+            }
+            query_out.push(if i == 0 { '?' } else { '&' });
+            let (clean, k) = scrub_token(part);
+            kind = kind.or(k);
+            query_out.push_str(&clean);
+        }
+        if authority.is_empty() {
+            return if path(route) {
+                (
+                    format!("{before}{scheme}://{}{query_out}", path_mark(route)),
+                    Some(Kind::Path),
+                )
+            } else {
+                (t.to_string(), kind)
+            };
+        }
+        let k = host_kind(authority).unwrap_or(Kind::HostName);
+        return (
+            format!("{before}{scheme}://{}{route}{query_out}", k.mark()),
+            Some(k),
+        );
+    }
+    let trimmed = t.trim_end_matches(['.', ':', ']', '[']);
+    if ip(t) || ip(trimmed) {
+        return (Kind::IpAddress.mark().to_string(), Some(Kind::IpAddress));
+    }
+    if path(t) {
+        return (path_mark(t), Some(Kind::Path));
+    }
+    // An address without a scheme: `gpu7.corp:8000`, `10.0.0.1:8000/v1`, `10.0.0.0/8`,
+    // `alice@gpu7.corp`; what follows the first `/` stays.
+    let (head, tail) = trimmed.split_at(trimmed.find('/').unwrap_or(trimmed.len()));
+    if let Some(k) = host_kind(head) {
+        return (
+            format!("{}{tail}{}", k.mark(), &t[trimmed.len()..]),
+            Some(k),
+        );
+    }
+    // `--model=/data/x`, `HOST=10.0.0.1`: the value after an option's or a variable's `=`.
     if let Some((key, value)) = t.split_once('=')
-        && !key.is_empty()
+        && option_like(key)
         && !value.is_empty()
     {
-        if HOST_OPTIONS.contains(&key) {
+        if host_key(key) {
             let kind = if ip(value) {
                 Kind::IpAddress
             } else {
@@ -325,37 +438,6 @@ fn scrub_token(t: &str) -> (String, Option<Kind>) {
         }
         let (clean, kind) = scrub_token(value);
         return (format!("{key}={clean}"), kind);
-    }
-    // scheme://[user@]host[:port]/rest: the authority goes, the route stays.
-    if let Some((scheme, rest)) = t.split_once("://") {
-        let (authority, route) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
-        if authority.is_empty() {
-            return if path(route) {
-                (format!("{scheme}://{}", path_mark(route)), Some(Kind::Path))
-            } else {
-                (t.to_string(), None)
-            };
-        }
-        let host = authority.rsplit('@').next().unwrap_or(authority);
-        let kind = if ip(host) || ip(host.rsplit_once(':').map_or(host, |(h, _)| h)) {
-            Kind::IpAddress
-        } else {
-            Kind::HostName
-        };
-        return (format!("{scheme}://{}{route}", kind.mark()), Some(kind));
-    }
-    let bare = t.trim_end_matches(['.', ':', ']', '[']);
-    if ip(t) || ip(bare) {
-        return (Kind::IpAddress.mark().to_string(), Some(Kind::IpAddress));
-    }
-    if path(t) {
-        return (path_mark(t), Some(Kind::Path));
-    }
-    if host_name(bare) {
-        return (
-            format!("{}{}", Kind::HostName.mark(), &t[bare.len()..]),
-            Some(Kind::HostName),
-        );
     }
     (t.to_string(), None)
 }
@@ -407,6 +489,65 @@ mod tests {
         assert_eq!(counts.values().sum::<usize>(), 4);
         assert_eq!(scrubbed("--hostname=box1").0, "--hostname=[host]");
         assert_eq!(scrubbed("--host box1 --port 1").0, "--host [host] --port 1");
+    }
+
+    #[test]
+    fn addresses_without_a_scheme_queries_and_cell_paths_are_found() {
+        for (text, want) in [
+            ("gpu-node-7.cluster.internal:8000", "[host]"),
+            ("10.0.0.1:8000/v1", "[ip]/v1"),
+            ("10.0.0.0/8", "[ip]/8"),
+            ("alice@gpu7.corp.example", "[host]"),
+            (
+                "--dist-init-addr node1.corp.example:5000",
+                "--dist-init-addr [host]",
+            ),
+            ("--master-addr=gpu7", "--master-addr=[host]"),
+            (
+                "MASTER_ADDR=gpu7 VLLM_HOST_IP=10.1.1.1",
+                "MASTER_ADDR=[host] VLLM_HOST_IP=[ip]",
+            ),
+            ("--host=\"gpu7\"", "--host=\"[host]\""),
+            (
+                "https://myco.openai.azure.com/openai/completions?api-version=2024-06-01",
+                "https://[host]/openai/completions?api-version=2024-06-01",
+            ),
+            (
+                "http://h/x?next=http://10.0.0.2/y",
+                "http://[host]/x?next=http://[ip]/y",
+            ),
+            (
+                "/home/alice/runs/x/cells/phase=decode/context=1024/concurrency=4: cell is incomplete",
+                "…/concurrency=4: cell is incomplete",
+            ),
+            ("/dev/shm/models/x", "…/x"),
+            ("/health-data/alice/x", "…/x"),
+            ("\\\\server\\share\\models", "…/models"),
+        ] {
+            assert_eq!(scrubbed(text).0, want, "{text}");
+        }
+    }
+
+    #[test]
+    fn a_scoring_loses_its_hosts_in_values_keys_and_places() {
+        let mut v = serde_json::json!({
+            "run": {
+                "target": "http://gpu7.corp.example:8000",
+                "engine_details": {"gpu7.corp.example": "up"},
+                "facts": [
+                    {"key": "host.name", "value": "gpu7", "source": "--describe"},
+                    {"key": "host.cpu", "value": "AMD EPYC 9654", "source": "/proc/cpuinfo"}
+                ]
+            }
+        });
+        let mut dropped = Vec::new();
+        walk(&mut v, &mut String::new(), &mut dropped);
+        let text = v.to_string();
+        assert!(!text.contains("gpu7"), "{text}");
+        assert!(text.contains("AMD EPYC 9654"), "{text}");
+        let lines: Vec<String> = dropped.iter().map(Dropped::line).collect();
+        assert!(lines.iter().all(|l| !l.contains("gpu7")), "{lines:?}");
+        assert_eq!(lines.len(), 3, "{lines:?}");
     }
 
     #[test]

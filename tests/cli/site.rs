@@ -327,6 +327,21 @@ fn a_second_build_rewrites_only_the_new_run_its_group_and_the_index() {
             .count(),
         10
     );
+
+    // A run that cannot be read this time keeps its page of the last build; exit 1.
+    let slug = row(&rows(&out), "chat-0.32.0")["slug"]
+        .as_str()
+        .expect("slug")
+        .to_string();
+    std::fs::write(fleet.join("chat-0.32/manifest.json"), "{ not json").expect("write");
+    let (code, printed, err) = tokentrace(&["site", args[0], args[1], args[2]]);
+    assert_eq!(code, 1, "{printed}{err}");
+    assert!(err.contains("its page of the last build stays"), "{err}");
+    assert!(
+        printed.contains("5 runs (0 rendered, 5 unchanged, 0 removed)"),
+        "{printed}"
+    );
+    assert!(out.join(format!("runs/{slug}.html")).is_file());
 }
 
 #[test]
@@ -335,14 +350,28 @@ fn public_drops_hosts_ips_and_paths_and_says_which() {
     let fleet = tmp.path().join("fleet");
     run_copy("sim-chat", &fleet.join("private"), |m| {
         m["target"]["url"] = Value::from("http://gpu-node-7.cluster.internal:8000");
-        m["launch_command"] =
-            Value::from("vllm serve /home/alice/models/Llama-3 --host 10.1.2.3 --port 8000");
+        m["launch_command"] = Value::from(
+            "vllm serve /home/alice/models/Llama-3 --host 10.1.2.3 --port 8000 \
+             --dist-init-addr gpu-node-7.cluster.internal:5000",
+        );
+        m["hardware"] = Value::from("gpu-node-7.cluster.internal ×8");
         m["facts"] = serde_json::json!([
             {"key": "engine.model_path", "value": "/home/alice/models/Llama-3", "source": "vLLM /v1/models"},
             {"key": "gpu.name", "value": "NVIDIA H200", "source": "NVML"}
         ]);
     });
+    // A cell whose file is gone: its reason names the cell's folder.
+    std::fs::remove_file(
+        fleet.join("private/cells/phase=decode/context=256/concurrency=2/chunks.parquet"),
+    )
+    .expect("rm");
     let out = tmp.path().join("site");
+    // First published privately into the same folder: nothing of it may stay.
+    site(&[
+        fleet.to_str().expect("utf-8"),
+        "--out",
+        out.to_str().expect("utf-8"),
+    ]);
     let (_, said) = site(&[
         fleet.to_str().expect("utf-8"),
         "--out",
@@ -351,7 +380,9 @@ fn public_drops_hosts_ips_and_paths_and_says_which() {
     ]);
     for line in [
         "dropped run.target: 1 host name",
-        "dropped run.launch_command: 1 IP address, 1 path",
+        "dropped run.hardware: 1 host name",
+        "dropped run.launch_command: 1 host name, 1 IP address, 1 path",
+        "dropped cell decode 256×2 reason: 1 path",
         "dropped fact engine.model_path: 1 path",
     ] {
         assert!(said.contains(line), "{line} not in:\n{said}");
@@ -378,7 +409,7 @@ fn public_drops_hosts_ips_and_paths_and_says_which() {
     )
     .expect("page");
     assert!(
-        page.contains("vllm serve …/Llama-3 --host [ip] --port 8000"),
+        page.contains("vllm serve …/Llama-3 --host [ip] --port 8000 --dist-init-addr [host]"),
         "the command keeps its shape"
     );
     assert!(

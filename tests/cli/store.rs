@@ -4,7 +4,8 @@
 //! fresh folder (the damaged cell is not trusted: un-committed there and recorded
 //! again), then `check` and
 //! `report` the bucket's run by its URL: the report is byte-identical to the local
-//! copy's, and the credentials reach no file and no output. Needs moto: `#[ignore]`d,
+//! copy's; `site` publishes it by its URL, and leaves it alone while unchanged; and the
+//! credentials reach no file and no output. Needs moto: `#[ignore]`d,
 //! reported by `cargo test` as ignored with that reason, and run by `cargo test --
 //! --include-ignored` (CI), where a missing install fails it.
 
@@ -312,8 +313,31 @@ async fn a_run_survives_its_box_through_the_bucket() {
         "{rescored}"
     );
 
+    // The bucket's run published as a site by its URL; published again unchanged, it is
+    // listed, not downloaded or written again.
+    let site_dir = second.with_file_name("site");
+    let site_s = site_dir.to_str().expect("utf-8");
+    let published = ok(
+        &tokentrace(&["site", url, "--out", site_s], &env)
+            .output()
+            .expect("site"),
+        "site",
+    );
+    assert!(published.contains("1 runs (1 rendered"), "{published}");
+    let again = ok(
+        &tokentrace(&["site", url, "--out", site_s], &env)
+            .output()
+            .expect("site"),
+        "site again",
+    );
+    assert!(again.contains("1 runs (0 rendered, 1 unchanged"), "{again}");
+
     // The secret is in no file of either box and in no output.
-    for f in files(&first).into_iter().chain(files(&second)) {
+    for f in files(&first)
+        .into_iter()
+        .chain(files(&second))
+        .chain(files(&site_dir))
+    {
         let bytes = std::fs::read(&f).expect("read");
         assert!(
             !bytes.windows(SECRET.len()).any(|w| w == SECRET.as_bytes()),
@@ -321,7 +345,14 @@ async fn a_run_survives_its_box_through_the_bucket() {
             f.display()
         );
     }
-    for text in [&log, &resumed_log, &checked, &rescored, &watch_log] {
+    for text in [
+        &log,
+        &resumed_log,
+        &checked,
+        &rescored,
+        &watch_log,
+        &published,
+    ] {
         assert!(!text.contains(SECRET));
     }
     sim.stop();

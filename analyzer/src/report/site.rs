@@ -1,7 +1,6 @@
-//! The pages of a fleet's static website (`tokentrace site`): the index (one sortable,
-//! filterable row per run), a run's page (its HTML report under a navigation bar) and a
-//! group's page (one model on one hardware over time). HTML like `html`, whose helpers
-//! it shares; the rows it reads are plain data kept between builds.
+//! The pages of a fleet's static website (`tokentrace site`): the index (a sortable,
+//! filterable row per run), a run's page (its report under a navigation bar) and a
+//! group's page (one model on one hardware over time), from rows kept between builds.
 
 use std::collections::BTreeSet;
 use std::fmt::Write as _;
@@ -111,7 +110,7 @@ pub fn group_of(s: &Scoring) -> Group {
     let slug = format!(
         "{}-{}",
         slug_part(&format!("{} {}", h.model, h.hardware)),
-        &short_hash(&format!("{}\n{}", h.model, h.hardware))[..8]
+        short_hash(&format!("{}\n{}", h.model, h.hardware))
     );
     Group {
         model: h.model,
@@ -188,13 +187,20 @@ impl RunRow {
         }
     }
 
-    /// The date and time it started, to the minute ("2026-12-06 09:05").
+    /// The date and time it started, to the minute ("2026-12-06 09:05"); an imported
+    /// run's is when its tool saved the file, in that box's local time ("… local").
     pub fn date(&self) -> String {
-        self.started_utc
+        let shown = self
+            .started_utc
             .chars()
             .take(16)
             .collect::<String>()
-            .replace('T', " ")
+            .replace('T', " ");
+        if self.imported.is_some() {
+            format!("{shown} local")
+        } else {
+            shown
+        }
     }
 
     /// How a comparison names the run: engine, version and date.
@@ -240,8 +246,9 @@ impl Banner {
     }
 }
 
-/// The index's and group pages' tables: text to the left, numbers to the right.
-const INDEX_STYLE: &str = "#runs td,#over-time td{text-align:left}#runs td[data-sort],#over-time td[data-sort]{text-align:right}select{max-width:24rem}";
+/// The index's and group pages' tables (text to the left, numbers to the right) and
+/// filters.
+const INDEX_STYLE: &str = include_str!("../../assets/site/site.css");
 
 const NAV_STYLE: &str = "background:#f3f4f6;border:1px solid #e5e7eb;padding:.4rem .75rem;margin:0 0 1rem;font-size:13px";
 
@@ -330,16 +337,7 @@ fn prefill_text(row: &RunRow) -> String {
 
 /// Shows only the rows of `#runs` whose `data-model`, `data-gpu` and `data-engine`
 /// match the filters' choices, and how many that is.
-const FILTER: &str = "\
-(function(){var t=document.getElementById('runs');if(!t)return;\
-var fs=Array.prototype.slice.call(document.querySelectorAll('select[data-filter]'));\
-var out=document.getElementById('shown');\
-function apply(){var rows=t.tBodies[0].rows,n=0;\
-for(var i=0;i<rows.length;i++){var r=rows[i];\
-var ok=fs.every(function(f){return f.value===''||r.getAttribute('data-'+f.getAttribute('data-filter'))===f.value});\
-r.hidden=!ok;if(ok)n++}\
-out.textContent=n+' of '+rows.length+' runs shown'}\
-fs.forEach(function(f){f.addEventListener('change',apply)});apply()})();";
+const FILTER: &str = include_str!("../../assets/site/filter.js");
 
 /// The index: the groups, then one row per run (sortable by any column, filterable by
 /// model, GPU and engine), ordered by group, then date.
@@ -393,7 +391,12 @@ pub fn index_page(title: &str, rows: &[&RunRow], banner: &Banner) -> String {
         ("gpu", "GPU", |r: &RunRow| r.gpu.clone()),
         ("engine", "Engine", |r: &RunRow| r.engine.clone()),
     ] {
-        let values: BTreeSet<String> = rows.iter().map(|r| pick(r)).collect();
+        // An empty value would be "all"'s: such rows show under "all" only.
+        let values: BTreeSet<String> = rows
+            .iter()
+            .map(|r| pick(r))
+            .filter(|v| !v.is_empty())
+            .collect();
         let _ = write!(
             o,
             "<label>{label} <select id=\"filter-{key}\" data-filter=\"{key}\"><option value=\"\">all</option>"
@@ -420,7 +423,7 @@ pub fn index_page(title: &str, rows: &[&RunRow], banner: &Banner) -> String {
          Peak decode is the best total tok/s of a Valid decode cell; prefill is the prompt \
          tok/s at the run's largest prefill context.</p>\n\
          <table class=\"sortable\" id=\"runs\">\n<thead><tr><th>Group</th><th>Model</th>\
-         <th>Hardware</th><th>Engine</th><th>Version</th><th>Started (UTC)</th><th>Rules</th>\
+         <th>Hardware</th><th>Engine</th><th>Version</th><th>Started</th><th>Rules</th>\
          <th>Peak decode tok/s</th><th>Prefill tok/s</th><th>Verdicts</th><th>Figures from</th>\
          </tr></thead>\n<tbody>",
         rows.len()
@@ -486,7 +489,7 @@ pub fn group_page(
         o,
         "<nav class=\"site\" style=\"{NAV_STYLE}\"><a href=\"../index.html\">All runs</a> · {}</nav>\n\
          <h1>{}</h1>\n<p class=\"sub\">{} run{} over time</p>\n<h2>Over time</h2>\n\
-         <table class=\"sortable\" id=\"over-time\">\n<thead><tr><th>Started (UTC)</th>\
+         <table class=\"sortable\" id=\"over-time\">\n<thead><tr><th>Started</th>\
          <th>Run</th><th>Engine</th><th>Peak decode tok/s</th><th>Change</th>\
          <th>Prefill tok/s</th><th>Verdicts</th><th>Figures from</th></tr></thead>\n<tbody>",
         escape(&banner.text()),
