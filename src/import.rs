@@ -219,7 +219,8 @@ fn manifest(r: &RefRun, cells: &[CellScore], imported: Imported) -> Manifest {
             monotonic_at_zero_ns: None,
         },
         target: Target {
-            url: r.server.clone(),
+            // As a recording keeps it: no credentials, no secret query values.
+            url: tokentrace_schemas::redact::redact_url(&r.server),
             api_key: false,
         },
         model: r.model.clone(),

@@ -273,6 +273,30 @@ fn the_report_says_where_the_figures_came_from() {
 }
 
 #[test]
+fn a_server_with_credentials_is_kept_without_them() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let mut v = source("0.6.0-built-from-code.json");
+    let secret = "http://alice:hunter2@10.0.0.5:8000/v1?api_key=sk-abc123";
+    v["metadata"]["server"] = secret.into();
+    v["startup_diagnostics"]["server_url"] = secret.into();
+    let file = tmp.path().join("results.json");
+    std::fs::write(&file, serde_json::to_vec_pretty(&v).expect("json")).expect("write");
+    let (run, _) = import(&file, tmp.path());
+    let m: Value =
+        serde_json::from_slice(&std::fs::read(run.join("manifest.json")).expect("manifest"))
+            .expect("json");
+    assert_eq!(
+        m["target"]["url"],
+        "http://10.0.0.5:8000/v1?api_key=<redacted>"
+    );
+    let s = scoring(&run);
+    assert_eq!(
+        s["run"]["target"],
+        "http://10.0.0.5:8000/v1?api_key=<redacted>"
+    );
+}
+
+#[test]
 fn an_unknown_version_is_imported_by_the_fields_it_shares() {
     let tmp = tempfile::tempdir().expect("tempdir");
     let mut v = source("0.6.0-built-from-code.json");
