@@ -267,9 +267,17 @@ async fn a_run_survives_its_box_through_the_bucket() {
     let watched = watcher.wait_with_output().expect("watch ends");
     let watch_log = String::from_utf8_lossy(&watched.stderr).to_string();
     assert!(watched.status.success(), "{watch_log}");
-    assert_eq!(
-        watch_log.matches(": committed · ").count(),
-        6,
+    // Every cell committed, every decode cell with its figures. The prefill, measured
+    // during its context's first decode warm-up, has figures only once that decode cell
+    // is in: a watcher that pulled the two apart (a loaded box) shows it bare.
+    assert_eq!(watch_log.matches(": committed").count(), 6, "{watch_log}");
+    let decode: Vec<&str> = watch_log
+        .lines()
+        .filter(|l| l.contains(" decode ") && l.contains(": committed"))
+        .collect();
+    assert_eq!(decode.len(), 5, "{watch_log}");
+    assert!(
+        decode.iter().all(|l| l.contains(": committed · ")),
         "{watch_log}"
     );
     assert!(
