@@ -75,73 +75,49 @@ fn badge(v: Verdict) -> Option<&'static str> {
     }
 }
 
-pub(super) const STYLE: &str = "\
-body{font:14px/1.45 system-ui,-apple-system,'Segoe UI',sans-serif;color:#111827;margin:2rem auto;max-width:80rem;padding:0 1rem}\
-h1{font-size:1.6rem;margin:0 0 .25rem}h2{font-size:1.2rem;margin:2rem 0 .5rem}\
-.sub{color:#4b5563;margin:.25rem 0 1rem}\
-dl.facts{display:grid;grid-template-columns:max-content 1fr;gap:.15rem 1rem;margin:0}\
-dl.facts dt{color:#4b5563}dl.facts dd{margin:0;overflow-wrap:anywhere}\
-pre{background:#f3f4f6;padding:.75rem;overflow-x:auto;white-space:pre-wrap;overflow-wrap:anywhere}\
-table{border-collapse:collapse;margin:.5rem 0}th,td{border:1px solid #d1d5db;padding:.3rem .5rem;text-align:right}\
-th:first-child,td:first-child{text-align:left}thead th{background:#f9fafb}\
-table.heat td{min-width:7rem;text-align:center}table.heat td.cell{cursor:pointer}\
-table.heat td.cell:focus{outline:3px solid #f59e0b;outline-offset:-3px}#drill{border:1px solid #d1d5db;padding:0 1rem 1rem;margin-top:1rem}\
-#drill-excerpt mark{background:#fde68a}\
-table.heat td .rate{font-weight:600;display:block}table.heat td .ttft{font-size:.85em;display:block}\
-table.heat td .badge{display:inline-block;font-size:.75em;font-weight:700;text-transform:uppercase;\
-border:1px solid currentColor;border-radius:3px;padding:0 .25rem;margin:.1rem 0}\
-table.heat td.flagged{background-image:repeating-linear-gradient(135deg,rgba(0,0,0,.18) 0 2px,transparent 2px 8px)}\
-table.sortable th{cursor:pointer;user-select:none}table.sortable th[aria-sort=ascending]::after{content:' ▲'}\
-table.sortable th[aria-sort=descending]::after{content:' ▼'}\
-.legend{color:#374151}.charts{display:flex;flex-wrap:wrap;gap:1rem}.charts>div{flex:1 1 22rem;max-width:40rem}footer{margin-top:2rem;color:#6b7280;border-top:1px solid #e5e7eb;padding-top:.5rem}";
+/// The page's CSS.
+pub(super) static STYLE: Asset = Asset::new(include_str!("../../assets/report/report.css"));
 
 /// Sorts a `table.sortable` by the clicked column: numbers by their `data-sort`
 /// value, text by its content; a second click reverses. Cells without a number stay
 /// last both ways.
-pub(super) const SCRIPT: &str = "\
-document.querySelectorAll('table.sortable').forEach(function(t){\
-var hs=t.tHead.rows[0].cells;\
-Array.prototype.forEach.call(hs,function(h,i){h.addEventListener('click',function(){\
-var asc=h.getAttribute('aria-sort')!=='ascending';\
-Array.prototype.forEach.call(hs,function(o){o.removeAttribute('aria-sort')});\
-h.setAttribute('aria-sort',asc?'ascending':'descending');\
-var b=t.tBodies[0],rows=Array.prototype.slice.call(b.rows);\
-rows.sort(function(x,y){var a=x.cells[i],c=y.cells[i];\
-var p=a.getAttribute('data-sort'),q=c.getAttribute('data-sort');var r;\
-if(p!==null&&q!==null&&p!==''&&q!==''){r=parseFloat(p)-parseFloat(q)}\
-else if(p===''||q===''){return (p===''?1:0)-(q===''?1:0)}\
-else{r=a.textContent.localeCompare(c.textContent)}\
-return asc?r:-r});rows.forEach(function(r){b.appendChild(r)})})})});";
+pub(super) static SCRIPT: Asset = Asset::new(include_str!("../../assets/report/sort.js"));
 
 /// uPlot, embedded as shipped, with its licence (see `assets/uplot/README.md`).
 const UPLOT_JS: &str = include_str!("../../assets/uplot/uPlot.iife.min.js");
 const UPLOT_CSS: &str = include_str!("../../assets/uplot/uPlot.min.css");
 const UPLOT_LICENSE: &str = include_str!("../../assets/uplot/LICENSE");
 
+/// The page's own CSS and JavaScript, in `assets/report/` as files to read and lint: one
+/// statement or rule group a line there, and one line on the page (each line trimmed at
+/// its start and joined without a break, as the page has always carried them).
+pub(super) struct Asset {
+    text: &'static str,
+    joined: std::sync::OnceLock<String>,
+}
+
+impl Asset {
+    const fn new(text: &'static str) -> Asset {
+        Asset {
+            text,
+            joined: std::sync::OnceLock::new(),
+        }
+    }
+}
+
+impl std::fmt::Display for Asset {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(
+            self.joined
+                .get_or_init(|| self.text.lines().map(str::trim_start).collect()),
+        )
+    }
+}
+
 /// Draws the charts from the page's `chart-data` block: one line per context against
 /// the concurrency (log 2), TTFT on a log scale; prefill by context. Colour-blind-safe
 /// colours, and a dash pattern per line so that colour is not the only key.
-const CHARTS: &str = "\
-(function(){var el=document.getElementById('chart-data');if(!el||typeof uPlot==='undefined')return;\
-var d=JSON.parse(el.textContent);\
-var pal=['#0072B2','#E69F00','#009E73','#CC79A7','#56B4E9','#D55E00','#000000','#999999'];\
-var dashes=[[],[8,4],[2,3],[10,3,2,3]];\
-function draw(id,title,xs,lines,xlog,ylog,xlabel,ylabel){var box=document.getElementById(id);if(!box)return;\
-var any=lines.some(function(l){return l.values.some(function(v){return v!==null&&(!ylog||v>0)})});if(!any){box.remove();return;}\
-var series=[{label:xlabel}].concat(lines.map(function(l,i){return{label:l.label,stroke:pal[i%pal.length],\
-dash:dashes[(i+Math.floor(i/pal.length))%dashes.length],width:2,points:{show:true,size:6}}}));\
-var opts={title:title,width:Math.max(320,Math.min(box.clientWidth||600,640)),height:280,\
-scales:{x:{time:false,distr:xlog?3:1,log:2},y:{distr:ylog?3:1,log:10}},\
-axes:[{label:xlabel,values:function(u,vs){return vs.map(function(v){return v==null?'':v>=1024&&v%1024===0?(v/1024)+'K':String(v)})}},{label:ylabel,size:64}],series:series};\
-new uPlot(opts,[xs].concat(lines.map(function(l){return l.values})),box);}\
-var m=d.matrix;\
-if(m){draw('chart-total','Total tok/s',m.levels,m.total,true,false,'requests at once','tok/s');\
-draw('chart-per-request','Per request tok/s',m.levels,m.per_request,true,false,'requests at once','tok/s');\
-draw('chart-ttft','TTFT (median, log scale)',m.levels,m.ttft,true,true,'requests at once','ms');}\
-var p=d.prefill;\
-if(p){draw('chart-prefill-rate','Prefill prompt tok/s',p.contexts,[{label:'prompt tok/s',values:p.rate}],true,false,'context (tokens)','tok/s');\
-draw('chart-prefill-ttft','Prefill TTFT (log scale)',p.contexts,[{label:'TTFT',values:p.ttft}],true,true,'context (tokens)','ms');}\
-})();";
+pub(super) static CHARTS: Asset = Asset::new(include_str!("../../assets/report/charts.js"));
 
 /// The charts' data: per context, the decode figures by concurrency (null where the
 /// cell is missing or its figures are discarded); the prefill figures by context.
@@ -190,63 +166,7 @@ fn chart_data(s: &Scoring) -> String {
 /// request's send (grey), first token (green) and end (orange) ticked; one lane per
 /// request from its send through its first token to its end; the gaps between token
 /// events; the server's gauges with every scrape marked.
-const DRILL: &str = "\
-(function(){var el=document.getElementById('cell-data');if(!el||typeof uPlot==='undefined')return;\
-var all=JSON.parse(el.textContent),cells=all.cells,edges=all.gap_edges_ms,sec=document.getElementById('drill'),charts=[];\
-function width(box){return Math.max(320,Math.min(box.clientWidth||600,640))}\
-function shade(a,b){return function(u){var c=u.ctx,x0=u.valToPos(a,'x',true),x1=u.valToPos(b,'x',true);\
-c.save();c.fillStyle='rgba(30,58,138,0.10)';c.fillRect(x0,u.bbox.top,x1-x0,u.bbox.height);c.restore();}}\
-function ticks(reqs){return function(u){var c=u.ctx,y=u.bbox.top+u.bbox.height;c.save();c.lineWidth=1;\
-reqs.forEach(function(r){[['sent','#6b7280',6],['first_token','#009E73',12],['end','#D55E00',8]].forEach(function(m){\
-var v=r[m[0]];if(v===null||v===undefined)return;var x=u.valToPos(v,'x',true);\
-if(x<u.bbox.left||x>u.bbox.left+u.bbox.width)return;c.strokeStyle=m[1];c.beginPath();c.moveTo(x,y);\
-c.lineTo(x,y-m[2]*(window.devicePixelRatio||1));c.stroke();});});c.restore();}}\
-function lanes(reqs){return function(u){var c=u.ctx,n=reqs.length,h=u.bbox.height/Math.max(n,1),w=Math.max(1,h*0.7),px=window.devicePixelRatio||1;c.save();\
-reqs.forEach(function(r,i){var y=u.valToPos(i,'y',true),a=u.valToPos(r.sent,'x',true),f=r.first_token===null?null:u.valToPos(r.first_token,'x',true),\
-e=u.valToPos(r.end===null?u.scales.x.max:r.end,'x',true),warm=r.role==='warmup';\
-c.fillStyle=warm?'#d1d5db':'#9ca3af';c.fillRect(a,y-w/2,(f===null?e:f)-a,w);\
-if(f!==null){c.fillStyle=warm?'#93c5fd':'#0072B2';c.fillRect(f,y-w/2,Math.max(e-f,px),w);}\
-if(r.end!==null){c.fillStyle='#D55E00';c.fillRect(e-px,y-w/2,2*px,w);}});c.restore();}}\
-function rings(marks){return function(u){var c=u.ctx,r=7*(window.devicePixelRatio||1);c.save();c.strokeStyle='#dc2626';c.lineWidth=2;\
-(marks||[]).forEach(function(m){var x=u.valToPos(m[0],'x',true),y=u.valToPos(m[1],'y',true);c.beginPath();c.arc(x,y,r,0,2*Math.PI);c.stroke();});c.restore();}}\
-function add(id,opts,data){var box=document.getElementById(id);box.innerHTML='';opts.width=width(box);opts.height=260;\
-charts.push(new uPlot(opts,data,box));}\
-function open(td){var key=td.getAttribute('data-context')+'/'+td.getAttribute('data-concurrency'),d=cells[key];if(!d)return;\
-charts.forEach(function(c){c.destroy()});charts=[];sec.hidden=false;\
-document.getElementById('drill-title').textContent=d.title;\
-var ul=document.getElementById('drill-notes');ul.innerHTML='';d.notes.forEach(function(n){var li=document.createElement('li');li.textContent=n;ul.appendChild(li)});\
-var pre=document.getElementById('drill-excerpt');pre.innerHTML='';pre.hidden=!d.loop;\
-if(d.loop){var lt=d.trace&&d.trace.loop_text,m=document.createElement('mark');\
-if(lt){pre.appendChild(document.createTextNode('\\u2026'+lt[0]));m.textContent=lt[1];pre.appendChild(m);pre.appendChild(document.createTextNode(lt[2]+'\\u2026'));}\
-else{m.textContent=d.loop.excerpt;pre.appendChild(m);}\
-var cap=document.createElement('div');cap.textContent='Marked: the cycle ('+d.loop.cycle_chars+' characters), repeated '+d.loop.cycles+' times.';pre.appendChild(cap);}\
-var t=d.trace;if(t){\
-add('drill-tokens',{title:'Output tokens over time (window shaded)',scales:{x:{time:false}},\
-axes:[{label:'s from window open'},{label:'tokens',size:64}],\
-series:[{label:'s'},{label:'cumulative output tokens',stroke:'#0072B2',width:2}],\
-hooks:{drawClear:[shade(0,t.window_s)],draw:[ticks(t.requests)]}},[t.times,t.tokens]);\
-var rs=t.requests.filter(function(r){return r.sent!==null}).sort(function(a,b){return a.sent-b.sent||a.request_id-b.request_id});\
-if(rs.length){var x0=Math.min(0,rs[0].sent),x1=Math.max.apply(null,[t.window_s].concat(rs.map(function(r){return r.end===null?t.window_s:r.end})));\
-add('drill-lanes',{title:'One lane per request (grey: before its first token, blue: streaming; warm-ups paler)',\
-scales:{x:{time:false,range:[x0,x1]},y:{range:[-0.5,rs.length-0.5]}},legend:{show:false},\
-axes:[{label:'s from window open'},{label:'request (by send time)',size:64,values:function(u,vs){return vs.map(function(v){return Number.isInteger(v)?String(v+1):''})}}],\
-series:[{label:'s'},{label:'lane',stroke:'rgba(0,0,0,0)',points:{show:false}}],\
-hooks:{drawClear:[shade(0,t.window_s)],draw:[lanes(rs)]}},[[x0,x1],[null,null]]);}\
-else{document.getElementById('drill-lanes').textContent='No requests were sent in this cell.';}\
-add('drill-gaps',{title:'Time between token events in the window',scales:{x:{time:false}},\
-axes:[{label:'ms (bin from)',values:function(u,vs){return vs.map(function(i){return edges[i]===undefined?'':String(edges[i])})}},{label:'gaps',size:64}],\
-series:[{label:'bin'},{label:'gaps',stroke:'#E69F00',fill:'rgba(230,159,0,0.5)',paths:uPlot.paths.bars({size:[0.8]}),points:{show:false}}]},\
-[edges.map(function(e,i){return i}),t.gap_counts]);\
-if(t.gauge_times.length){var pal=['#0072B2','#D55E00','#009E73','#CC79A7','#56B4E9','#E69F00'];\
-add('drill-gauges',{title:d.queued_marks.length?'Server gauges (red: the scrapes that show the queue)':'Server gauges (every scrape marked; window shaded)',scales:{x:{time:false}},\
-axes:[{label:'s from window open'},{label:'value',size:64}],\
-series:[{label:'s'}].concat(t.gauges.map(function(g,i){return{label:g[0],stroke:pal[i%pal.length],width:2,points:{show:true,size:7}}})),\
-hooks:{drawClear:[shade(0,t.window_s)],draw:[rings(d.queued_marks)]}},[t.gauge_times].concat(t.gauges.map(function(g){return g[1]})));}\
-else{document.getElementById('drill-gauges').textContent='No server gauges were scraped in this cell.';}}\
-sec.scrollIntoView();}\
-document.querySelectorAll('#matrix td.cell').forEach(function(td){td.addEventListener('click',function(){open(td)});\
-td.addEventListener('keydown',function(e){if(e.key==='Enter'||e.key===' '){e.preventDefault();open(td)}})});\
-})();";
+pub(super) static DRILL: Asset = Asset::new(include_str!("../../assets/report/drill.js"));
 
 /// For a queued cell, the scrapes inside the window that show the queue: the waiting
 /// gauge above 0, or the running gauge below the cell's concurrency. Each is (time,
