@@ -2,7 +2,8 @@
 //! reference report's layout, CSV with one row per cell at full precision, the JSON
 //! document itself, and one self-contained HTML page (with the cells' traces when given),
 //! or a page comparing runs. `model` holds the format-free sections (header, matrix,
-//! tables, notes); `markdown`, `csv` and `html` each read the model and never each other.
+//! tables, notes); `markdown`, `csv` and `html` each read the model and never each other;
+//! `site` lays out a fleet's website from the HTML page's parts.
 
 mod csv;
 mod html;
