@@ -93,6 +93,40 @@ fn label(s: &Scoring) -> String {
     format!("run {} scored under {}", s.run.run_id, s.rules.id())
 }
 
+/// One decode cell of two runs as a comparison's heat map shows it: B's total tok/s and
+/// median TTFT over A's, from the figures each verdict shows (none where a verdict
+/// discards them, or a side is not positive), and each side's status.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CellRatio {
+    pub tok_s: Option<f64>,
+    pub ttft: Option<f64>,
+    pub status_a: String,
+    pub status_b: String,
+}
+
+impl CellRatio {
+    /// Whether the verdict (or state) changed.
+    pub fn changed(&self) -> bool {
+        self.status_a != self.status_b
+    }
+}
+
+/// The ratio of cell `b` to cell `a` (see [`CellRatio`]).
+pub fn cell_ratio(a: &CellScore, b: &CellScore) -> CellRatio {
+    let pick = |c: &CellScore, f: fn(&Figures) -> Option<f64>| {
+        crate::figures::shown(c)
+            .and_then(f)
+            .filter(|v| v.is_finite() && *v > 0.0)
+    };
+    let over = |f: fn(&Figures) -> Option<f64>| pick(b, f).zip(pick(a, f)).map(|(y, x)| y / x);
+    CellRatio {
+        tok_s: over(|f| f.total_tok_s),
+        ttft: over(|f| f.ttft_ms.median),
+        status_a: a.status_label(),
+        status_b: b.status_label(),
+    }
+}
+
 /// Compares `a` with `b`; `min_relative` hides figure changes smaller than it.
 pub fn diff(a: &Scoring, b: &Scoring, min_relative: f64) -> Diff {
     let cells = |s: &Scoring| -> BTreeMap<CellKey, CellScore> {

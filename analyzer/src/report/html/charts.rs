@@ -66,21 +66,21 @@ pub(super) fn chart_data(s: &Scoring) -> String {
 /// events; the server's gauges with every scrape marked.
 pub(super) static DRILL: Asset = Asset::new(include_str!("../../../assets/report/drill.js"));
 
-/// For a queued cell, the scrapes inside the window that show the queue: the waiting
-/// gauge above 0, or the running gauge below the cell's concurrency. Each is (time,
-/// value, index of the gauge in the trace).
-fn queued_marks(s: &Scoring, c: &CellScore, trace: Option<&CellTrace>) -> Vec<(f64, f64, usize)> {
+/// For a queued cell, the scrapes inside the window its verdict rests on: those of each
+/// gauge a queueing evidence names, on the side of the threshold the rule used
+/// ([`crate::contract::Evidence::gauge_mark`]). Each is (time, value, index of the
+/// gauge in the trace).
+fn queued_marks(c: &CellScore, trace: Option<&CellTrace>) -> Vec<(f64, f64, usize)> {
     let Some(t) = trace.filter(|_| c.verdict == Some(Verdict::RequestsQueued)) else {
         return Vec::new();
     };
-    let n = f64::from(c.concurrency);
+    let marks: Vec<_> = c.evidence.iter().filter_map(|e| e.gauge_mark()).collect();
     let mut out = Vec::new();
     for (g, (name, values)) in t.gauges.iter().enumerate() {
-        let waiting = s.metrics.waiting.as_deref() == Some(name.as_str());
-        let running = s.metrics.running.as_deref() == Some(name.as_str());
+        let rules: Vec<_> = marks.iter().filter(|m| m.metric == *name).collect();
         for (at, v) in t.gauge_times.iter().zip(values) {
             let Some(v) = v else { continue };
-            if (0.0..=t.window_s).contains(at) && (waiting && *v > 0.0 || running && *v < n) {
+            if (0.0..=t.window_s).contains(at) && rules.iter().any(|m| m.holds(*v)) {
                 out.push((*at, *v, g));
             }
         }
@@ -100,7 +100,7 @@ pub(super) fn cell_data(s: &Scoring, traces: &BTreeMap<CellKey, CellTrace>) -> S
         cells.insert(
             format!("{}/{}", c.context, c.concurrency),
             serde_json::json!({
-                "queued_marks": queued_marks(s, c, trace),
+                "queued_marks": queued_marks(c, trace),
                 "title": format!(
                     "Decode {} × {}: {}",
                     context_label(c.context),

@@ -7,7 +7,7 @@ use super::matrix::{heat_table, matrix_head, row_head};
 use super::{STYLE, data_number, escape};
 use crate::contract::{CellScore, Scoring};
 use crate::numbers::context_label;
-use crate::report::model::{decode_cell, header, matrix_axes, matrix_footer, scored_by, shown};
+use crate::report::model::{decode_cell, header, matrix_axes, matrix_footer, scored_by};
 
 /// The colour of a ratio `r` (B / A): red below 1, green above, white at 1, saturating
 /// at ½ and 2; `higher_is_better` flips the sense (TTFT is better lower).
@@ -167,20 +167,14 @@ fn ratio_map(
     }
 }
 
-/// One cell of a ratio heat map: B's total tok/s and median TTFT over A's.
+/// One cell of a ratio heat map: B's total tok/s and median TTFT over A's, as
+/// [`crate::diff::cell_ratio`] has them, coloured and labelled.
 fn ratio_cell(o: &mut String, (ctx, n): (u32, u32), a: &CellScore, b: &CellScore) {
-    let pick = |c: &CellScore, f: fn(&crate::contract::Figures) -> Option<f64>| {
-        shown(c).and_then(f).filter(|v| v.is_finite() && *v > 0.0)
-    };
-    let rate = pick(b, |f| f.total_tok_s)
-        .zip(pick(a, |f| f.total_tok_s))
-        .map(|(y, x)| y / x);
-    let ttft = pick(b, |f| f.ttft_ms.median)
-        .zip(pick(a, |f| f.ttft_ms.median))
-        .map(|(y, x)| y / x);
-    let changed = a.status_label() != b.status_label();
-    let style = rate
-        .map(|r| format!(" style=\"background-color:{}\"", ratio_colour(r, true)))
+    let r = crate::diff::cell_ratio(a, b);
+    let changed = r.changed();
+    let style = r
+        .tok_s
+        .map(|x| format!(" style=\"background-color:{}\"", ratio_colour(x, true)))
         .unwrap_or_default();
     let _ = write!(
         o,
@@ -188,17 +182,18 @@ fn ratio_cell(o: &mut String, (ctx, n): (u32, u32), a: &CellScore, b: &CellScore
          data-ratio-tok-s=\"{}\" data-ratio-ttft=\"{}\"{style}>\
          <span class=\"rate\">{}</span><span class=\"ttft\">{}</span>",
         if changed { " flagged" } else { "" },
-        data_number(rate),
-        data_number(ttft),
-        rate.map_or("—".to_string(), |r| format!("×{r:.2} tok/s")),
-        ttft.map_or("—".to_string(), |r| format!("×{r:.2} TTFT")),
+        data_number(r.tok_s),
+        data_number(r.ttft),
+        r.tok_s
+            .map_or("—".to_string(), |x| format!("×{x:.2} tok/s")),
+        r.ttft.map_or("—".to_string(), |x| format!("×{x:.2} TTFT")),
     );
     if changed {
         let _ = write!(
             o,
             "<span class=\"badge\">{} → {}</span>",
-            escape(&a.status_label()),
-            escape(&b.status_label())
+            escape(&r.status_a),
+            escape(&r.status_b)
         );
     }
     let _ = write!(o, "</td>");
