@@ -22,6 +22,15 @@ pub const COLUMNS: usize = MAX_POINTS / 2;
 /// Most requests whose marks a cell's drill-down draws; beyond it every k-th is kept.
 pub const MAX_REQUESTS: usize = 2_000;
 
+/// At most about `most` of `items`, evenly: every k-th, k the smallest that keeps the
+/// count at `most` or below (all of them when there are fewer). The one way a drawing
+/// thins what it draws (a drill-down's request lanes, a replay chart's points).
+pub fn thinned<T>(items: &[T], most: usize) -> std::iter::StepBy<std::slice::Iter<'_, T>> {
+    items
+        .iter()
+        .step_by(items.len().div_ceil(most.max(1)).max(1))
+}
+
 /// The indices of the points of the series `xs` (ascending), `ys` to keep: all of them
 /// when there are at most [`MAX_POINTS`]; otherwise, over [`COLUMNS`] columns of equal
 /// width from the first x to the last, each column's lowest and highest y (the earlier
@@ -206,10 +215,7 @@ pub fn cell_trace(
         .iter()
         .filter(|r| matches!(r.role, Role::Warmup | Role::Measured))
         .collect();
-    let every = drawn.len().div_ceil(MAX_REQUESTS).max(1);
-    let requests = drawn
-        .iter()
-        .step_by(every)
+    let requests = thinned(&drawn, MAX_REQUESTS)
         .map(|r| Marks {
             request_id: r.request_id,
             role: r.role.as_str().to_string(),

@@ -148,8 +148,7 @@ pub(super) fn replay_chart(o: &mut String, key: CellKey, t: &CellTrace) {
             })
         })
         .collect();
-    let stride = all.len().div_ceil(REPLAY_POINTS).max(1);
-    let pts: Vec<&Point> = all.iter().step_by(stride).collect();
+    let pts: Vec<&Point> = crate::trace::thinned(&all, REPLAY_POINTS).collect();
     let ys: Vec<f64> = pts
         .iter()
         .flat_map(|p| [p.ttft, p.e2e])
