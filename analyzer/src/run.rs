@@ -288,11 +288,6 @@ fn table_columns(table: &str) -> Vec<String> {
     }
 }
 
-/// The table names the analyzer can scan, for help texts.
-pub fn table_names() -> [&'static str; 4] {
-    [Requests::NAME, Chunks::NAME, Metrics::NAME, Events::NAME]
-}
-
 /// Whether a cell's path has a third level other than `concurrency=` (rate, replay).
 fn has_level(key: &CellKey) -> bool {
     key.rate.is_some() || key.replay.is_some()

@@ -1,6 +1,6 @@
 //! The plain per-cell data every rule reads: request lifecycles, token aggregates,
-//! in-window gaps, gauge samples, lifecycle events and text. The analyzer builds it from
-//! a run folder with polars; the recorder builds it from the rows it writes.
+//! in-window gaps, gauge samples, lifecycle events and text, built from a committed
+//! cell's rows by [`crate::read`] (the analyzer, the live view, `watch`).
 
 use std::collections::BTreeMap;
 

@@ -1,6 +1,6 @@
 //! Rows into [`Loaded`]: the one place a cell's chunk, metric and event rows are reduced
-//! to what the rules read, whoever reads the rows (the analyzer's polars frames, or the
-//! trace's own reader in the recorder's live view and `watch`).
+//! to what the rules read, whoever reads the rows (the trace's own reader for the
+//! analyzer, the live view and `watch`; the tests' polars load, held to the same).
 
 use std::collections::{BTreeMap, HashMap};
 

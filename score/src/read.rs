@@ -1,6 +1,6 @@
 //! A committed cell folder read back through the trace's own reader (no polars) into
-//! [`Loaded`]: the recorder's live view and `tokentrace watch` score cells from it, with
-//! the same folds ([`crate::fold`]) the analyzer's polars loading feeds.
+//! [`Loaded`] by the folds of [`crate::fold`]: the one read path of every scoring (the
+//! analyzer's report, the recorder's live view, `tokentrace watch`).
 
 use std::collections::HashMap;
 use std::path::Path;
