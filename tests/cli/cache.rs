@@ -150,6 +150,54 @@ async fn every_slot_is_warm_before_the_window_on_per_slot_caches() {
     }
 }
 
+/// In prefill-during-warm-up mode, a context's prefill is its first decode cell's first
+/// request; when that cell turns out damaged, the next decode cell of the context
+/// measures it, exactly as when the damaged cell had never been recorded.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_damaged_first_decode_cell_hands_the_prefill_to_the_next() {
+    let addr: SocketAddr = "127.0.0.1:0".parse().expect("addr");
+    let sim = SimServer::start(Profile::load("tiny").expect("tiny"), addr)
+        .await
+        .expect("sim");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let out = dir.path().join("run");
+    let mut opts = options(&sim.url(), &out);
+    opts.contexts = vec![2048];
+    opts.concurrency = vec![1, 2];
+    opts.window = Duration::from_millis(300);
+    opts.prefill_mode = PrefillMode::Warmup;
+    runner::record(&opts, |_| {}).await.expect("recorded");
+    sim.stop();
+    let rules = RuleSet::builtin("default").expect("rules");
+    let prefill = |run: &Path| {
+        let s = score_dir(run, &rules).expect("scored");
+        s.cells
+            .into_iter()
+            .find(|c| c.phase == Phase::Prefill)
+            .expect("a prefill row")
+    };
+    let whole = prefill(&out);
+    let first = out.join("cells/phase=decode/context=2048/concurrency=1");
+    // The first decode cell's chunks cut in half: damaged, found on reading.
+    let damaged = dir.path().join("damaged");
+    crate::report::copy_dir(&out, &damaged);
+    let chunks = damaged.join("cells/phase=decode/context=2048/concurrency=1/chunks.parquet");
+    let bytes = std::fs::read(&chunks).expect("read");
+    std::fs::write(&chunks, &bytes[..bytes.len() / 2]).expect("truncate");
+    // The same run without that cell at all.
+    let without = dir.path().join("without");
+    crate::report::copy_dir(&out, &without);
+    std::fs::remove_dir_all(without.join(first.strip_prefix(&out).expect("inside"))).expect("rm");
+    let (from_damaged, from_without) = (prefill(&damaged), prefill(&without));
+    assert_eq!(from_damaged.figures, from_without.figures);
+    assert_eq!(from_damaged.verdict, from_without.verdict);
+    assert!(from_damaged.figures.is_some(), "measured by the next cell");
+    assert_ne!(
+        from_damaged.figures, whole.figures,
+        "the first cell's first request measured it before"
+    );
+}
+
 /// The reference report's prefill mode: no prefill cells; each context's prefill is the
 /// first request of its first decode cell, which prefilled cold. It agrees with a cold
 /// scout's figure, and the report names the mode.

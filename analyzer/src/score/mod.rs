@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use tokentrace_schemas::layout::CellKey;
+use tokentrace_schemas::layout::{CellKey, Phase};
 use tokentrace_score::contract::CellScore;
 use tokentrace_score::judge::{self, RunFlags};
 use tokentrace_score::presets::Preset;
@@ -134,7 +134,7 @@ pub fn score_run(
     }
     let (preset, series) = preset(run, rules)?;
     let mut cells = cells_seen(run);
-    let warmup = judge::warmup_prefills(&run.manifest, &cells);
+    let in_warmup = judge::prefill_in_warmup(&run.manifest);
     let complete: Vec<(CellKey, &Path)> = run.complete_cells().map(|(k, d)| (*k, d)).collect();
     // A cell whose pages fail to decode gives the error as its reason to be incomplete.
     let load = |key: CellKey, dir: &Path| {
@@ -149,10 +149,15 @@ pub fn score_run(
         let loaded = load(key, dir)?;
         let (score, warm) = stages::time(Stage::Rules, || {
             let score = judge::score_cell(key, &loaded, rules, &preset);
-            let warm = warmup
-                .iter()
-                .find(|(_, d)| *d == key)
-                .map(|(p, d)| (*p, judge::score_warmup_prefill(*p, *d, &loaded, rules)));
+            // Every decode cell's first request, as its context's prefill: which one
+            // counts is decided once all cells are in (a damaged one drops out).
+            let warm = (in_warmup && key.phase == Phase::Decode).then(|| {
+                let prefill = CellKey::new(Phase::Prefill, key.context, 1);
+                (
+                    prefill,
+                    judge::score_warmup_prefill(prefill, key, &loaded, rules),
+                )
+            });
             (score, warm)
         });
         let trace = if traces {
@@ -172,15 +177,13 @@ pub fn score_run(
     };
     let results = in_parallel(&complete, |(key, dir)| one(*key, dir));
     let mut scored = BTreeMap::new();
-    let mut warm = BTreeMap::new();
+    let mut candidates = BTreeMap::new();
     let mut flags = RunFlags::default();
     let mut traced = BTreeMap::new();
-    let mut damaged = false;
     for (r, (key, _)) in results.into_iter().zip(&complete) {
         let r = match r {
             Ok(r) => r,
             Err(reason) => {
-                damaged = true;
                 for c in cells.iter_mut().filter(|c| c.key() == *key) {
                     *c = Cell::Incomplete(*key, reason.clone());
                 }
@@ -188,30 +191,20 @@ pub fn score_run(
             }
         };
         flags.merge(r.flags);
-        if let Some((k, s)) = r.warmup {
-            warm.insert(k, s);
+        if let Some(candidate) = r.warmup {
+            candidates.insert(r.key, candidate);
         }
         if let Some(t) = r.trace {
             traced.insert(r.key, t);
         }
         scored.insert(r.key, r.score);
     }
-    if damaged {
-        // A warm-up prefill whose decode cell turned out damaged is measured by the next
-        // decode cell of its context, as if the damage had been found on opening.
-        warm.clear();
-        for (prefill, decode) in judge::warmup_prefills(&run.manifest, &cells) {
-            let Some((_, dir)) = complete.iter().find(|(k, _)| *k == decode) else {
-                continue;
-            };
-            if let Ok(loaded) = load(decode, dir) {
-                let s = stages::time(Stage::Rules, || {
-                    judge::score_warmup_prefill(prefill, decode, &loaded, rules)
-                });
-                warm.insert(prefill, s);
-            }
-        }
-    }
+    // Each context's prefill from the decode cell that measures it, among the cells
+    // found sound.
+    let warm: BTreeMap<CellKey, CellScore> = judge::warmup_prefills(&run.manifest, &cells)
+        .into_iter()
+        .filter_map(|(prefill, decode)| candidates.remove(&decode).map(|(_, s)| (prefill, s)))
+        .collect();
     let mut scoring = stages::time(Stage::Rules, || {
         judge::assemble(&run.manifest, &cells, scored, warm, flags, rules, preset)
     });

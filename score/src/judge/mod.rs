@@ -112,11 +112,18 @@ pub fn score_warmup_prefill(
     score_prefill(PrefillView::first_of(prefill, decode, loaded), rules)
 }
 
+/// Whether the run measures prefill during decode warm-up: each decode cell's first
+/// request is then a candidate prefill score of its context (see [`warmup_prefills`]).
+pub fn prefill_in_warmup(m: &Manifest) -> bool {
+    m.config.prefill_mode.unwrap_or(PrefillMode::Scout) == PrefillMode::Warmup
+}
+
 /// In a run whose prefill is measured during decode warm-up, each context's prefill cell
 /// and the decode cell whose first request measures it: the context's complete decode
-/// cell of the fewest streams. Empty for runs with prefill scouts.
+/// cell of the fewest streams. Empty for runs with prefill scouts. The one place the
+/// link is made: a scorer scores every decode cell's candidate and keeps these.
 pub fn warmup_prefills(m: &Manifest, cells_seen: &[Cell]) -> Vec<(CellKey, CellKey)> {
-    if m.config.prefill_mode.unwrap_or(PrefillMode::Scout) != PrefillMode::Warmup {
+    if !prefill_in_warmup(m) {
         return Vec::new();
     }
     let mut out = Vec::new();
