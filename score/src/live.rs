@@ -26,6 +26,11 @@ pub struct Board {
     preset: Preset,
     series: Vec<String>,
     scores: BTreeMap<CellKey, CellScore>,
+    /// With prefill measured during warm-up: each committed decode cell's first request
+    /// scored as its context's prefill, and the decode cells committed so far, from which
+    /// [`judge::warmup_prefills`] picks (as the report does).
+    candidates: BTreeMap<CellKey, CellScore>,
+    decode_cells: Vec<Cell>,
 }
 
 impl Board {
@@ -46,6 +51,8 @@ impl Board {
             preset,
             series,
             scores: BTreeMap::new(),
+            candidates: BTreeMap::new(),
+            decode_cells: Vec::new(),
         })
     }
 
@@ -80,11 +87,22 @@ impl Board {
         );
         for c in scoring.cells {
             let k = c.key();
-            let warmup_prefill = k.phase == Phase::Prefill && key.phase == Phase::Decode;
-            if k == key
-                || (warmup_prefill && k.context == key.context && !self.scores.contains_key(&k))
-            {
+            if k == key {
                 self.scores.insert(k, c);
+            } else if k.phase == Phase::Prefill
+                && key.phase == Phase::Decode
+                && k.context == key.context
+            {
+                // This decode cell's first request as its context's prefill.
+                self.candidates.insert(key, c);
+            }
+        }
+        if key.phase == Phase::Decode && judge::prefill_in_warmup(m) {
+            self.decode_cells.push(Cell::Complete(key));
+            for (prefill, decode) in judge::warmup_prefills(m, &self.decode_cells) {
+                if let Some(c) = self.candidates.get(&decode) {
+                    self.scores.insert(prefill, c.clone());
+                }
             }
         }
         Ok(span)

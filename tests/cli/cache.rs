@@ -177,6 +177,21 @@ async fn a_damaged_first_decode_cell_hands_the_prefill_to_the_next() {
             .expect("a prefill row")
     };
     let whole = prefill(&out);
+    // The live view links them as the report does, whichever decode cell it sees first.
+    let m = tokentrace_schemas::manifest::Manifest::read(&out).expect("manifest");
+    let mut board = tokentrace_score::live::Board::new(&m).expect("board");
+    let key = |n: u32| tokentrace_schemas::layout::CellKey::new(Phase::Decode, 2048, n);
+    for n in [2, 1] {
+        board.add(&m, &out, key(n)).expect("scored live");
+    }
+    let live = board
+        .get(&tokentrace_schemas::layout::CellKey::new(
+            Phase::Prefill,
+            2048,
+            1,
+        ))
+        .expect("the prefill, live");
+    assert_eq!(live.figures, whole.figures);
     let first = out.join("cells/phase=decode/context=2048/concurrency=1");
     // The first decode cell's chunks cut in half: damaged, found on reading.
     let damaged = dir.path().join("damaged");

@@ -267,9 +267,10 @@ async fn a_run_survives_its_box_through_the_bucket() {
     let watched = watcher.wait_with_output().expect("watch ends");
     let watch_log = String::from_utf8_lossy(&watched.stderr).to_string();
     assert!(watched.status.success(), "{watch_log}");
-    // Every cell committed, every decode cell with its figures. The prefill, measured
-    // during its context's first decode warm-up, has figures only once that decode cell
-    // is in: a watcher that pulled the two apart (a loaded box) shows it bare.
+    // Every cell committed, every decode cell with its figures. The prefill cell is the
+    // one damaged in the bucket above: a watcher that pulled it between the damage and
+    // the resumed recorder's new copy (a loaded box) could not score it, and shows it
+    // bare (a watcher scores each cell once).
     assert_eq!(watch_log.matches(": committed").count(), 6, "{watch_log}");
     let decode: Vec<&str> = watch_log
         .lines()
