@@ -12,6 +12,7 @@ pub mod imported;
 pub mod judge;
 pub mod live;
 pub mod loops;
+pub mod marks;
 pub mod numbers;
 pub mod presets;
 pub mod read;
