@@ -10,7 +10,7 @@ use tokentrace_schemas::column::StrEnum;
 use tokentrace_schemas::layout::{CellKey, Phase};
 use tokentrace_schemas::tables::Role;
 
-use crate::load;
+use tokentrace_score::data::{Loaded, RequestInfo};
 
 /// Most points kept of a series drawn: a cell's output tokens over time (see
 /// `token_series`: about this many), and its gauges, which a longer scrape series cuts to
@@ -126,7 +126,7 @@ pub const LOOP_CYCLE_SHOWN: usize = 600;
 
 /// The text around a loop: before, cycle, after (see [`CellTrace::loop_text`]).
 fn loop_text(
-    loaded: &load::Loaded,
+    loaded: &Loaded,
     l: &crate::contract::LoopEvidence,
 ) -> Option<(String, String, String)> {
     let (content, reasoning) = loaded.text.get(&l.request_id)?;
@@ -177,10 +177,11 @@ fn seconds(ns: i64, open: i64) -> f64 {
 }
 
 /// Every decode and replay cell's trace, from a run already loaded for its `scoring`
-/// with its timelines (`score_loaded` with [`load::Loads::Traces`]).
+/// with its timelines (the tests' whole-run load, `score::score_loaded` with
+/// `load::Loads::Traces`, held to the cell-by-cell read's traces).
 pub fn traces_of(
     scoring: &crate::contract::Scoring,
-    loaded: &load::Loaded,
+    loaded: &Loaded,
 ) -> BTreeMap<CellKey, CellTrace> {
     let mut out = BTreeMap::new();
     for c in &scoring.cells {
@@ -196,7 +197,7 @@ pub fn traces_of(
 /// `None` for other cells and cells without a window.
 pub fn cell_trace(
     cell: &crate::contract::CellScore,
-    loaded: &load::Loaded,
+    loaded: &Loaded,
     preset: &tokentrace_score::presets::Preset,
 ) -> Option<CellTrace> {
     let key = &cell.key();
@@ -207,7 +208,7 @@ pub fn cell_trace(
     let replay = key.phase == Phase::Replay;
     let events = loaded.timelines.get(key).map(Vec::as_slice).unwrap_or(&[]);
     let (times, tokens) = token_series(events, open);
-    let drawn: Vec<&load::RequestInfo> = loaded
+    let drawn: Vec<&RequestInfo> = loaded
         .requests
         .get(key)
         .map(Vec::as_slice)

@@ -138,7 +138,7 @@ pub fn score_run(
     let complete: Vec<(CellKey, &Path)> = run.complete_cells().map(|(k, d)| (*k, d)).collect();
     // A cell whose pages fail to decode gives the error as its reason to be incomplete.
     let load = |key: CellKey, dir: &Path| {
-        let mut loaded = load::Loaded::default();
+        let mut loaded = tokentrace_score::data::Loaded::default();
         stages::time(Stage::Load, || {
             tokentrace_score::read::cell_with(dir, key, &series, traces, &mut loaded)
         })
