@@ -50,7 +50,8 @@ pub struct RunRow {
     /// The prompt tok/s of the prefill cell at the largest context, and that context.
     pub prefill_tok_s: Option<f64>,
     pub prefill_context: Option<u32>,
-    /// Cells per verdict, in the order valid, requests queued, looped, prefill cached, bad output, error, and the cells not scored.
+    /// Cells per verdict (valid, requests queued, looped, prefill cached, bad output,
+    /// error, in that order), and the cells not scored.
     pub verdicts: Vec<usize>,
     pub unscored: usize,
     /// The tool whose figures an imported run holds ("llm-inference-bench 0.4.18").
