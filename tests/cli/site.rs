@@ -352,7 +352,7 @@ fn public_drops_hosts_ips_and_paths_and_says_which() {
         m["target"]["url"] = Value::from("http://gpu-node-7.cluster.internal:8000");
         m["launch_command"] = Value::from(
             "vllm serve /home/alice/models/Llama-3 --host 10.1.2.3 --port 8000 \
-             --dist-init-addr gpu-node-7.cluster.internal:5000",
+             --dist-init-addr gpu-node-7.cluster.internal:5000 --api-key <redacted>",
         );
         m["hardware"] = Value::from("gpu-node-7.cluster.internal ×8");
         m["facts"] = serde_json::json!([
@@ -409,7 +409,10 @@ fn public_drops_hosts_ips_and_paths_and_says_which() {
     )
     .expect("page");
     assert!(
-        page.contains("vllm serve …/Llama-3 --host [ip] --port 8000 --dist-init-addr [host]"),
+        page.contains(
+            "vllm serve …/Llama-3 --host [ip] --port 8000 --dist-init-addr [host] \
+             --api-key &lt;redacted&gt;"
+        ),
         "the command keeps its shape"
     );
     assert!(
