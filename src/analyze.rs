@@ -132,6 +132,25 @@ fn scored(run: &Path, rules: &RuleSet, verify: Verify) -> anyhow::Result<Scoring
     score_dir_with(run, rules, verify).with_context(|| format!("cannot score {}", run.display()))
 }
 
+/// The scoring of the run in `dir` and each cell's drill-down trace for the HTML page,
+/// drawn from the same read.
+pub fn scored_with_traces(
+    dir: &Path,
+    rules: &RuleSet,
+    verify: Verify,
+) -> anyhow::Result<(
+    Scoring,
+    std::collections::BTreeMap<
+        tokentrace_schemas::layout::CellKey,
+        tokentrace_analyzer::trace::CellTrace,
+    >,
+)> {
+    let run = tokentrace_analyzer::Run::open_footers_with(dir, verify)
+        .with_context(|| format!("cannot score {}", dir.display()))?;
+    tokentrace_analyzer::score::score_run(&run, rules, true)
+        .with_context(|| format!("cannot score {}", dir.display()))
+}
+
 /// Tells on stderr which cells could not be scored because their folder is damaged or
 /// incomplete; true when there were any.
 fn report_damage(run: &crate::remote::LocalRun, s: &Scoring) -> bool {
@@ -198,11 +217,7 @@ pub fn report(args: &ReportArgs) -> anyhow::Result<ExitCode> {
     let given = crate::remote::local(args.runs.first().context("no run folder given")?)?;
     let run_dir = given.dir();
     let (s, text) = if args.format == Format::Html {
-        // The page's drill-downs draw each cell's trace from the load the scoring used.
-        let run = tokentrace_analyzer::Run::open_footers_with(run_dir, args.verify.verify())
-            .with_context(|| format!("cannot score {}", run_dir.display()))?;
-        let (s, traces) = tokentrace_analyzer::score::score_run(&run, &rules, true)
-            .with_context(|| format!("cannot score {}", run_dir.display()))?;
+        let (s, traces) = scored_with_traces(run_dir, &rules, args.verify.verify())?;
         let text = stages::time(Stage::Render, || {
             tokentrace_analyzer::report::html_page(&s, &traces)
         });

@@ -86,8 +86,12 @@ fn local_fingerprint(dir: &Path, site: &Path) -> anyhow::Result<String> {
             .collect::<Result<_, _>>()
             .with_context(|| format!("cannot read {}", dir.display()))?;
         entries.sort_by_key(std::fs::DirEntry::file_name);
-        let mark = dir.join(tokentrace_schemas::layout::CELL_FILE);
-        let checksummed = std::fs::read_to_string(&mark).is_ok_and(|t| t.contains("\"sha256\""));
+        // A cell's commit mark: hashed below as a JSON file, and telling whether it
+        // records its files' SHA-256.
+        let mark = std::fs::read(dir.join(tokentrace_schemas::layout::CELL_FILE)).ok();
+        let checksummed = mark
+            .as_deref()
+            .is_some_and(|m| m.windows(8).any(|w| w == b"\"sha256\""));
         for e in entries {
             let path = e.path();
             let name = e.file_name().to_string_lossy().into_owned();
@@ -105,9 +109,12 @@ fn local_fingerprint(dir: &Path, site: &Path) -> anyhow::Result<String> {
             if meta.is_dir() {
                 walk(root, &path, site, out)?;
             } else if name.ends_with(".json") {
-                let bytes = std::fs::read(&path)
-                    .with_context(|| format!("cannot read {}", path.display()))?;
-                let _ = writeln!(out, "{rel} {}", sha(&bytes));
+                let digest = match (&mark, name == tokentrace_schemas::layout::CELL_FILE) {
+                    (Some(m), true) => sha(m),
+                    _ => sha(&std::fs::read(&path)
+                        .with_context(|| format!("cannot read {}", path.display()))?),
+                };
+                let _ = writeln!(out, "{rel} {digest}");
             } else if checksummed {
                 let _ = writeln!(out, "{rel} {}", meta.len());
             } else {
@@ -170,11 +177,8 @@ fn render_run(
     banner: &Banner,
 ) -> anyhow::Result<(RunRow, Vec<String>)> {
     let local = crate::remote::local(Path::new(location))?;
-    let run = tokentrace_analyzer::Run::open_footers_with(local.dir(), Verify::Checksums)
-        .with_context(|| format!("cannot score {location}"))?;
-    let (scoring, mut traces) = tokentrace_analyzer::score::score_run(&run, rules, true)
-        .with_context(|| format!("cannot score {location}"))?;
-    drop(run);
+    let (scoring, mut traces) =
+        crate::analyze::scored_with_traces(local.dir(), rules, Verify::Checksums)?;
     let (scoring, dropped) = if args.public {
         let (s, mut d) = tokentrace_analyzer::public::scrub(&scoring)
             .with_context(|| format!("cannot make {location} public"))?;

@@ -8,7 +8,9 @@ use std::fmt::Write as _;
 use serde::{Deserialize, Serialize};
 use tokentrace_schemas::layout::Phase;
 
-use super::html::{Baseline, SCRIPT, STYLE, comparison_body, data_number, escape};
+use super::html::{
+    Baseline, SCRIPT, STYLE, comparison_body, data_number, escape, head as html_head,
+};
 use super::model::{header, shown};
 use crate::contract::{Scoring, Verdict};
 use crate::numbers::{context_label, rate};
@@ -78,14 +80,11 @@ impl Group {
     }
 }
 
-/// FNV-1a, 64 bits: a short stable name for a text (no secret is derived from it).
+/// A short stable name for a text: the first 16 hex digits of its SHA-256.
 pub fn short_hash(text: &str) -> String {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for b in text.bytes() {
-        h ^= u64::from(b);
-        h = h.wrapping_mul(0x0000_0100_0000_01b3);
-    }
-    format!("{h:016x}")
+    let mut hex = tokentrace_schemas::digest::Sha256::of_bytes(text.as_bytes()).to_string();
+    hex.truncate(16);
+    hex
 }
 
 /// `text` as a file name's readable part: lower-case letters, digits and hyphens, at
@@ -307,13 +306,7 @@ pub fn run_page(report: &str, row: &RunRow, banner: &Banner) -> String {
 }
 
 fn head(o: &mut String, title: &str) {
-    let _ = write!(
-        o,
-        "<!doctype html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n\
-         <meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n\
-         <title>{}</title>\n<style>{STYLE}{INDEX_STYLE}</style>\n</head>\n<body>\n",
-        escape(title)
-    );
+    html_head(o, title, &[&STYLE, &INDEX_STYLE]);
 }
 
 /// A number cell of a sortable table: its value to sort by, its text.

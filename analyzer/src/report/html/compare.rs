@@ -38,13 +38,8 @@ pub(in crate::report) enum Baseline {
 /// run under two rule sets.
 pub(in crate::report) fn comparison(sides: &[(String, Scoring)]) -> String {
     let mut o = String::new();
-    let _ = write!(
-        o,
-        "<!doctype html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n\
-         <meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n\
-         <title>Speed test comparison</title>\n<style>{STYLE}</style>\n</head>\n<body>\n\
-         <h1>Speed test comparison</h1>\n"
-    );
+    super::head(&mut o, "Speed test comparison", &[&STYLE]);
+    let _ = writeln!(o, "<h1>Speed test comparison</h1>");
     comparison_body(&mut o, sides, Baseline::First);
     let _ = writeln!(o, "</body>\n</html>");
     o

@@ -122,19 +122,28 @@ impl std::fmt::Display for Asset {
     }
 }
 
+/// A page's opening up to its body: the title, and one `<style>` element per sheet.
+pub(super) fn head(o: &mut String, title: &str, sheets: &[&dyn std::fmt::Display]) {
+    let _ = write!(
+        o,
+        "<!doctype html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n\
+         <meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n\
+         <title>{}</title>\n",
+        escape(title)
+    );
+    for sheet in sheets {
+        let _ = writeln!(o, "<style>{sheet}</style>");
+    }
+    let _ = write!(o, "</head>\n<body>\n");
+}
+
 /// The scoring as one self-contained HTML page; a click on a decode cell opens its
 /// drill-down, drawn from `traces` (see [`crate::score::score_run`]; none: no drill-down).
 pub(super) fn html(s: &Scoring, traces: &BTreeMap<CellKey, CellTrace>) -> String {
     let mut o = String::new();
     let h = header(s);
     let title = format!("Speed test matrix · {}", h.model);
-    let _ = write!(
-        o,
-        "<!doctype html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n\
-         <meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n\
-         <title>{}</title>\n<style>{STYLE}</style>\n<style>{UPLOT_CSS}</style>\n</head>\n<body>\n",
-        escape(&title)
-    );
+    head(&mut o, &title, &[&STYLE, &UPLOT_CSS]);
     let _ = writeln!(o, "<h1>Speed test matrix</h1>");
     let _ = writeln!(
         o,
