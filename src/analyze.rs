@@ -145,7 +145,7 @@ pub fn scored_with_traces(
         tokentrace_analyzer::trace::CellTrace,
     >,
 )> {
-    let run = tokentrace_analyzer::Run::open_footers_with(dir, verify)
+    let run = tokentrace_analyzer::Run::open_with(dir, verify)
         .with_context(|| format!("cannot score {}", dir.display()))?;
     tokentrace_analyzer::score::score_run(&run, rules, true)
         .with_context(|| format!("cannot score {}", dir.display()))

@@ -1,10 +1,20 @@
 //! The fleet table: many runs scored under one rule set, one row per run × cell with
 //! the run's facts (model, engine, version, GPUs, date) and every figure and verdict, as
 //! one Parquet file that DuckDB, Spark or polars query without tokentrace.
+//!
+//! Written with arrow-rs, which writes every trace file too: polars, which wrote it
+//! before, was then the analyzer's one use of polars (BENCHMARKS.md, "One way through
+//! the analyzer", has what building polars cost).
 
 use std::path::Path;
+use std::sync::Arc;
 
-use polars::prelude::*;
+use parquet::arrow::ArrowWriter;
+use parquet::basic::{Compression, ZstdLevel};
+use parquet::file::properties::WriterProperties;
+use tokentrace_schemas::arrow_array::{
+    ArrayRef, Float64Array, Int64Array, RecordBatch, StringArray,
+};
 use tokentrace_schemas::manifest::fact;
 
 use crate::contract::Scoring;
@@ -34,8 +44,19 @@ pub struct Entry {
     pub scoring: Scoring,
 }
 
+/// A named column of the table.
+type Column = (String, ArrayRef);
+
 fn text_column(name: &str, values: Vec<Option<String>>) -> Column {
-    Column::new(name.into(), values)
+    (name.to_string(), Arc::new(StringArray::from(values)))
+}
+
+fn int_column(name: &str, values: Vec<Option<i64>>) -> Column {
+    (name.to_string(), Arc::new(Int64Array::from(values)))
+}
+
+fn number_column(name: &str, values: Vec<Option<f64>>) -> Column {
+    (name.to_string(), Arc::new(Float64Array::from(values)))
 }
 
 /// Where a run's figures came from: tokentrace scored its trace, or another tool
@@ -48,7 +69,7 @@ fn figures_from(e: &Entry) -> String {
 }
 
 /// The fleet table of `entries`, rows in the order given, cells in each scoring's order.
-pub fn table(entries: &[Entry]) -> Result<DataFrame> {
+pub fn table(entries: &[Entry]) -> Result<RecordBatch> {
     let rows: Vec<(&Entry, &crate::contract::CellScore)> = entries
         .iter()
         .flat_map(|e| e.scoring.cells.iter().map(move |c| (e, c)))
@@ -73,11 +94,11 @@ pub fn table(entries: &[Entry]) -> Result<DataFrame> {
         ),
         text_column("hardware", run_text(&|e| e.scoring.run.hardware.clone())),
         text_column("gpu_name", run_text(&|e| found(e, "gpu.name"))),
-        Column::new(
-            "gpu_count".into(),
+        int_column(
+            "gpu_count",
             rows.iter()
                 .map(|(e, _)| found(e, "gpu.count").and_then(|n| n.parse::<i64>().ok()))
-                .collect::<Vec<_>>(),
+                .collect(),
         ),
         text_column("host_cpu", run_text(&|e| found(e, "host.cpu"))),
         text_column("rules", run_text(&|e| Some(e.scoring.rules.id()))),
@@ -87,33 +108,31 @@ pub fn table(entries: &[Entry]) -> Result<DataFrame> {
                 .map(|(_, c)| Some(c.phase.to_string()))
                 .collect(),
         ),
-        Column::new(
-            "context".into(),
+        int_column(
+            "context",
             rows.iter()
-                .map(|(_, c)| i64::from(c.context))
-                .collect::<Vec<_>>(),
+                .map(|(_, c)| Some(i64::from(c.context)))
+                .collect(),
         ),
-        Column::new(
-            "concurrency".into(),
+        int_column(
+            "concurrency",
             rows.iter()
-                .map(|(_, c)| i64::from(c.concurrency))
-                .collect::<Vec<_>>(),
+                .map(|(_, c)| Some(i64::from(c.concurrency)))
+                .collect(),
         ),
         // A rate cell's offered rate in requests per second (infinite for `inf`);
         // null for other cells.
-        Column::new(
-            "rate".into(),
+        number_column(
+            "rate",
             rows.iter()
                 .map(|(_, c)| c.rate.map(|r| r.per_second()))
-                .collect::<Vec<_>>(),
+                .collect(),
         ),
         // A replay cell's number (its `replay=<n>`, the run's replay sources); null for
         // other cells.
-        Column::new(
-            "replay".into(),
-            rows.iter()
-                .map(|(_, c)| c.replay.map(i64::from))
-                .collect::<Vec<_>>(),
+        int_column(
+            "replay",
+            rows.iter().map(|(_, c)| c.replay.map(i64::from)).collect(),
         ),
         text_column(
             "state",
@@ -143,19 +162,16 @@ pub fn table(entries: &[Entry]) -> Result<DataFrame> {
             })
             .collect();
         let column = match fig.value(&Default::default()) {
-            Value::Number(_) => Column::new(
-                fig.csv.into(),
-                values.iter().map(Value::number).collect::<Vec<_>>(),
-            ),
-            Value::Count(_) => Column::new(
-                fig.csv.into(),
+            Value::Number(_) => number_column(fig.csv, values.iter().map(Value::number).collect()),
+            Value::Count(_) => int_column(
+                fig.csv,
                 values
                     .iter()
                     .map(|v| match v {
                         Value::Count(c) => *c,
                         _ => None,
                     })
-                    .collect::<Vec<_>>(),
+                    .collect(),
             ),
             Value::Text(_) => text_column(
                 fig.csv,
@@ -184,30 +200,33 @@ pub fn table(entries: &[Entry]) -> Result<DataFrame> {
             })
             .collect(),
     ));
-    DataFrame::new(rows.len(), columns).map_err(|source| Error::Polars {
+    RecordBatch::try_from_iter(columns).map_err(|e| Error::Catalog {
         path: "catalog".into(),
-        source,
+        message: e.to_string(),
     })
 }
 
 /// Writes the fleet table of `entries` to `path` (Parquet, zstd); returns its rows.
 pub fn write(entries: &[Entry], path: &Path) -> Result<usize> {
-    let mut df = table(entries)?;
+    let batch = table(entries)?;
     let tmp = path.with_extension("parquet.part");
     let file = std::fs::File::create(&tmp).map_err(|e| Error::Io {
         path: tmp.clone(),
         source: e,
     })?;
-    ParquetWriter::new(file)
-        .with_compression(ParquetCompression::Zstd(None))
-        .finish(&mut df)
-        .map_err(|source| Error::Polars {
-            path: path.to_path_buf(),
-            source,
-        })?;
+    let props = WriterProperties::builder()
+        .set_compression(Compression::ZSTD(ZstdLevel::default()))
+        .build();
+    let parquet = |e: parquet::errors::ParquetError| Error::Catalog {
+        path: tmp.clone(),
+        message: e.to_string(),
+    };
+    let mut writer = ArrowWriter::try_new(file, batch.schema(), Some(props)).map_err(parquet)?;
+    writer.write(&batch).map_err(parquet)?;
+    writer.close().map_err(parquet)?;
     std::fs::rename(&tmp, path).map_err(|e| Error::Io {
         path: path.to_path_buf(),
         source: e,
     })?;
-    Ok(df.height())
+    Ok(batch.num_rows())
 }

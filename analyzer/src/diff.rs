@@ -127,6 +127,22 @@ pub fn cell_ratio(a: &CellScore, b: &CellScore) -> CellRatio {
     }
 }
 
+/// Each of `values` (a series in time order) over the last earlier value present and
+/// positive: `None` for the first, for a missing value, and where no earlier one is.
+pub fn over_previous(values: &[Option<f64>]) -> Vec<Option<f64>> {
+    let mut before: Option<f64> = None;
+    values
+        .iter()
+        .map(|&v| {
+            let change = v.zip(before).filter(|(_, b)| *b > 0.0).map(|(v, b)| v / b);
+            if v.is_some() {
+                before = v;
+            }
+            change
+        })
+        .collect()
+}
+
 /// Compares `a` with `b`; `min_relative` hides figure changes smaller than it.
 pub fn diff(a: &Scoring, b: &Scoring, min_relative: f64) -> Diff {
     let cells = |s: &Scoring| -> BTreeMap<CellKey, CellScore> {
@@ -343,4 +359,16 @@ pub fn markdown(d: &Diff) -> String {
         }
     }
     o
+}
+
+#[cfg(test)]
+mod tests {
+    use super::over_previous;
+
+    #[test]
+    fn a_change_is_over_the_last_earlier_value_present_and_positive() {
+        let got = over_previous(&[None, Some(100.0), None, Some(150.0), Some(0.0), Some(30.0)]);
+        // The first value has nothing before it; a gap is skipped; 0 is no base.
+        assert_eq!(got, [None, None, None, Some(1.5), Some(0.0), None]);
+    }
 }

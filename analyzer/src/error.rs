@@ -11,23 +11,9 @@ pub enum Error {
     /// The trace itself is missing, corrupt or of another version.
     #[error(transparent)]
     Trace(#[from] tokentrace_schemas::Error),
-    /// polars could not plan or run a query over the run's files.
-    #[error("{path}: {source}")]
-    Polars {
-        path: PathBuf,
-        #[source]
-        source: polars::error::PolarsError,
-    },
     /// A rule set that cannot be read or makes no sense.
     #[error("rule set {path}: {message}")]
     Rules { path: PathBuf, message: String },
-    /// A value in the trace that the format forbids (a null in a never-null column...).
-    #[error("{path}: table {table}: {what}")]
-    BadValue {
-        path: PathBuf,
-        table: String,
-        what: String,
-    },
     /// A results file (a scoring) that cannot be read.
     #[error("{path}: not a tokentrace scoring: {message}")]
     Scoring { path: PathBuf, message: String },
@@ -38,15 +24,9 @@ pub enum Error {
         #[source]
         source: std::io::Error,
     },
-    /// A table file polars could not read without failing inside (damaged data);
-    /// `tokentrace check RUN` names the file.
-    #[error(
-        "{path}: a table file is damaged (the Parquet reader failed: {message}); `tokentrace check` names the file"
-    )]
-    Damaged { path: PathBuf, message: String },
-    /// A table was asked for that the format does not define.
-    #[error("unknown table `{0}` (tables: requests, chunks, metrics, events)")]
-    UnknownTable(String),
+    /// The fleet table could not be built or written as Parquet.
+    #[error("{path}: the fleet table: {message}")]
+    Catalog { path: PathBuf, message: String },
 }
 
 impl From<tokentrace_score::Error> for Error {

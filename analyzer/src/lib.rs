@@ -7,15 +7,14 @@
 //! polars-free `tokentrace-score` crate (re-exported here: [`rules`], [`presets`],
 //! [`contract`], [`figures`], [`loops`]) judges, the same code the recorder's live view
 //! runs, and the HTML page's traces ([`trace`]) come from the same read; each cell's
-//! data is dropped once scored, so memory holds a few cells, not the run. [`load`] is
-//! the polars load of a whole run the tests hold that against, and [`run`]'s polars
-//! scans serve queries. [`report`] (Markdown, CSV, JSON, HTML: one door, a format-free
-//! model and a writer per format) and [`diff`] read the figure table.
+//! data is dropped once scored, so memory holds a few cells, not the run. [`report`]
+//! (Markdown, CSV, JSON, HTML, the site's pages: one door, a format-free model and a
+//! writer per format) and [`diff`] read the scoring; [`catalog`] writes a fleet's
+//! scorings as one Parquet table; [`public`] scrubs what a public page must not show.
 
 pub mod catalog;
 pub mod diff;
 pub mod error;
-pub mod load;
 pub mod public;
 pub mod report;
 pub mod run;
@@ -29,5 +28,5 @@ pub use tokentrace_score::{
 pub use contract::Scoring;
 pub use error::{Error, Result};
 pub use rules::RuleSet;
-pub use run::{CellState, Run, Verify};
+pub use run::{Cell, Run, Verify};
 pub use score::{score, score_dir, score_dir_with};

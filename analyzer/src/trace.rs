@@ -3,11 +3,9 @@
 //! distribution of the gaps between token events, and the server's gauges over time.
 //! Times are seconds from the cell's window opening.
 
-use std::collections::BTreeMap;
-
 use serde::Serialize;
 use tokentrace_schemas::column::StrEnum;
-use tokentrace_schemas::layout::{CellKey, Phase};
+use tokentrace_schemas::layout::Phase;
 use tokentrace_schemas::tables::Role;
 
 use tokentrace_score::data::{Loaded, RequestInfo};
@@ -174,22 +172,6 @@ fn token_series(events: &[(i64, i64)], open: i64) -> (Vec<f64>, Vec<i64>) {
 
 fn seconds(ns: i64, open: i64) -> f64 {
     (ns - open) as f64 / 1e9
-}
-
-/// Every decode and replay cell's trace, from a run already loaded for its `scoring`
-/// with its timelines (the tests' whole-run load, `score::score_loaded` with
-/// `load::Loads::Traces`, held to the cell-by-cell read's traces).
-pub fn traces_of(
-    scoring: &crate::contract::Scoring,
-    loaded: &Loaded,
-) -> BTreeMap<CellKey, CellTrace> {
-    let mut out = BTreeMap::new();
-    for c in &scoring.cells {
-        if let Some(t) = cell_trace(c, loaded, &scoring.metrics) {
-            out.insert(c.key(), t);
-        }
-    }
-    out
 }
 
 /// The trace of the decode or replay cell `cell` scored (its loop evidence gives the

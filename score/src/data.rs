@@ -140,6 +140,6 @@ pub struct Loaded {
     /// Per replay cell: its workload's `replay` rows (request id order).
     pub replay: BTreeMap<CellKey, Vec<tokentrace_schemas::tables::ReplayRow>>,
     /// Per decode cell: its token events in time order, (arrival ns, tokens); loaded
-    /// only for the HTML page's drill-down traces (the analyzer's `Loads::Traces`).
+    /// only for the HTML page's drill-down traces (`read::cell` with `traces`).
     pub timelines: BTreeMap<CellKey, Vec<(i64, i64)>>,
 }

@@ -29,19 +29,15 @@ pub struct ChunkIn<'a> {
 /// Folds chunk rows into per-request token aggregates, per-cell in-window gaps and
 /// queueing delays, and per-request text, in one pass ([`ChunkFold::push`] each row,
 /// then [`ChunkFold::finish`]). Each request's rows come in stream order; requests may
-/// interleave (a table file read block by block) or, with [`ChunkFold::sorted`], come
-/// one after another (each is then filed as soon as the next begins); with
-/// [`ChunkFold::counted`], each request's row count is known beforehand, and it is filed
-/// once its last row is in. Either way a cell's gaps and delays are filed request by
-/// request, in request id order, and only the requests not yet filed are held open.
+/// interleave (a table file read block by block). With [`ChunkFold::counted`], each
+/// request's row count is known beforehand, and it is filed once its last row is in.
+/// Either way a cell's gaps and delays are filed request by request, in request id
+/// order, and only the requests not yet filed are held open.
 #[derive(Debug)]
 pub struct ChunkFold<'o> {
     /// Each request's cell.
     owner: &'o HashMap<i64, CellKey>,
     open: BTreeMap<i64, Open>,
-    /// Rows come request after request: a request is done when another begins.
-    sorted: bool,
-    last: Option<i64>,
     /// With known row counts: the rows still to come of each request, every request
     /// with rows in id order, and the first of them not yet filed.
     remaining: HashMap<i64, u64>,
@@ -66,8 +62,6 @@ impl<'o> ChunkFold<'o> {
         ChunkFold {
             owner,
             open: BTreeMap::new(),
-            sorted: false,
-            last: None,
             remaining: HashMap::new(),
             order: Vec::new(),
             next: 0,
@@ -87,24 +81,9 @@ impl<'o> ChunkFold<'o> {
         }
     }
 
-    /// A fold of rows sorted by request (then position).
-    pub fn sorted(owner: &'o HashMap<i64, CellKey>) -> Self {
-        ChunkFold {
-            sorted: true,
-            ..ChunkFold::new(owner)
-        }
-    }
-
     /// Adds the next row (a request's rows in stream order).
     pub fn push(&mut self, row: ChunkIn<'_>, out: &mut Loaded) {
         let Some(id) = row.request_id else { return };
-        if self.sorted
-            && let Some(last) = self.last
-            && last != id
-        {
-            self.file(last, out);
-        }
-        self.last = Some(id);
         let owned = self.owner.contains_key(&id);
         let o = self.open.entry(id).or_default();
         let (at, t, in_window) = (row.arrival_ns, row.tokens, row.in_window);

@@ -71,7 +71,7 @@ impl Board {
         key: CellKey,
     ) -> tokentrace_schemas::Result<Option<std::time::Duration>> {
         let mut loaded = Loaded::default();
-        crate::read::cell(&key.dir(run_dir), key, &self.series, &mut loaded)?;
+        crate::read::cell(&key.dir(run_dir), key, &self.series, false, &mut loaded)?;
         let span = loaded.events.get(&key).and_then(|e| {
             let (first, last) = (e.first()?.time_ns, e.last()?.time_ns);
             Some(std::time::Duration::from_nanos(

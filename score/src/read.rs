@@ -16,23 +16,14 @@ use crate::data::{EventInfo, Loaded, RequestInfo};
 use crate::fold::{self, ChunkFold, ChunkIn, MetricFold};
 
 /// Adds the committed cell `key` in `dir` to `out`; `series` are the metric names to
-/// keep (the engine preset's and the recorder's own). Errors name the file.
+/// keep (the engine preset's and the recorder's own). With `traces` (the HTML page's
+/// drill-down traces), also a decode cell's token events in time order
+/// ([`Loaded::timelines`], what its trace is drawn from). Errors name the file.
 pub fn cell(
     dir: &Path,
     key: CellKey,
     series: &[String],
-    out: &mut Loaded,
-) -> tokentrace_schemas::Result<()> {
-    cell_with(dir, key, series, false, out)
-}
-
-/// [`cell`], and with `timelines` a decode cell's token events in time order (the HTML
-/// page's drill-down: [`Loaded::timelines`]).
-pub fn cell_with(
-    dir: &Path,
-    key: CellKey,
-    series: &[String],
-    timelines: bool,
+    traces: bool,
     out: &mut Loaded,
 ) -> tokentrace_schemas::Result<()> {
     for e in read_table::<Events>(&dir.join(table_file::<Events>()))? {
@@ -88,7 +79,7 @@ pub fn cell_with(
         }
     }
     let mut f = ChunkFold::counted(&owner, rows);
-    let timelines = timelines && key.phase == Phase::Decode;
+    let timelines = traces && key.phase == Phase::Decode;
     let mut timeline = Vec::new();
     let reader = open_columns::<Chunks>(&path, &CHUNK_COLUMNS)?;
     for columns in reader {
@@ -173,7 +164,7 @@ pub fn replay(dir: &Path, key: CellKey, out: &mut Loaded) -> tokentrace_schemas:
     Ok(())
 }
 
-/// The `chunks` columns the rules read, in the order [`cell_with`] takes them.
+/// The `chunks` columns the rules read, in the order [`cell`] takes them.
 const CHUNK_COLUMNS: [&str; 7] = [
     "request_id",
     "arrival_ns",

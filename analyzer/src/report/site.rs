@@ -491,13 +491,8 @@ pub fn group_page(
         rows.len(),
         if rows.len() == 1 { "" } else { "s" }
     );
-    let mut before: Option<f64> = None;
-    for r in rows {
-        let change = r
-            .peak_decode_tok_s
-            .zip(before)
-            .filter(|(_, b)| *b > 0.0)
-            .map(|(v, b)| v / b);
+    let peaks: Vec<Option<f64>> = rows.iter().map(|r| r.peak_decode_tok_s).collect();
+    for (r, change) in rows.iter().zip(crate::diff::over_previous(&peaks)) {
         let _ = writeln!(
             o,
             "<tr data-slug=\"{}\"><td>{}</td><td><a href=\"../runs/{}.html\">{}</a></td><td>{}</td>{}{}{}<td>{}</td><td>{}</td></tr>",
@@ -515,9 +510,6 @@ pub fn group_page(
             escape(&r.verdict_text()),
             escape(&r.figures_from())
         );
-        if r.peak_decode_tok_s.is_some() {
-            before = r.peak_decode_tok_s;
-        }
     }
     let _ = writeln!(o, "</tbody>\n</table>");
     if rows.len() > sides.len() {

@@ -1,8 +1,8 @@
 //! Scoring a run folder: cell by cell, each complete cell's tables read by the trace's
 //! own reader into the plain per-cell data, judged by the polars-free scorer
 //! (`tokentrace_score::judge`, the same code the recorder's live view runs) and dropped,
-//! so memory holds a few cells at a time, not the run. The polars load of a whole run
-//! ([`score_loaded`]) gives the same scoring, and is kept to check that it does.
+//! so memory holds a few cells at a time, not the run. (The tests hold it against an
+//! oracle under `analyzer/tests/`: the whole run loaded at once with polars.)
 
 pub use tokentrace_score::judge::{Cell, MAX_EVIDENCE, content};
 
@@ -18,9 +18,8 @@ use tokentrace_score::stages::{self, Stage};
 
 use crate::contract::Scoring;
 use crate::error::Result;
-use crate::load;
 use crate::rules::RuleSet;
-use crate::run::{CellState, Run, Verify};
+use crate::run::{Run, Verify};
 use crate::trace::{self, CellTrace};
 
 /// Scores the run folder at `dir` under `rules`, its files checked against their
@@ -31,7 +30,7 @@ pub fn score_dir(dir: &Path, rules: &RuleSet) -> Result<Scoring> {
 
 /// Scores the run folder at `dir` under `rules`, checking its checksums or not.
 pub fn score_dir_with(dir: &Path, rules: &RuleSet, verify: Verify) -> Result<Scoring> {
-    score(&Run::open_footers_with(dir, verify)?, rules)
+    score(&Run::open_with(dir, verify)?, rules)
 }
 
 /// Scores an opened run under `rules`.
@@ -54,16 +53,6 @@ fn preset(run: &Run, rules: &RuleSet) -> Result<(Preset, Vec<String>)> {
     Ok((preset, series))
 }
 
-fn cells_seen(run: &Run) -> Vec<Cell> {
-    run.cells
-        .iter()
-        .map(|c| match c {
-            CellState::Complete { key, .. } => Cell::Complete(*key),
-            CellState::Incomplete { key, reason, .. } => Cell::Incomplete(*key, reason.clone()),
-        })
-        .collect()
-}
-
 /// An imported run's scoring: each complete cell's figures as imported (the rule set is
 /// not used: the figures are the other tool's); a cell whose figures do not read is
 /// listed as incomplete with the reason.
@@ -74,8 +63,8 @@ fn imported(run: &Run, imported: &tokentrace_schemas::manifest::Imported) -> Sco
         .iter()
         .map(|c| {
             let key = c.key();
-            let read = match c {
-                CellState::Complete { dir, .. } => {
+            let read = match (c, run.cell_dir(key)) {
+                (Cell::Complete(_), Some(dir)) => {
                     let path = dir.join(tokentrace_score::imported::FIGURES_FILE);
                     std::fs::read(&path)
                         .map_err(|e| format!("{}: {e}", path.display()))
@@ -91,7 +80,8 @@ fn imported(run: &Run, imported: &tokentrace_schemas::manifest::Imported) -> Sco
                             }
                         })
                 }
-                CellState::Incomplete { reason, .. } => Err(reason.clone()),
+                (Cell::Incomplete(_, reason), _) => Err(reason.clone()),
+                (Cell::Complete(_), None) => Err("no cell folder".to_string()),
             };
             read.unwrap_or_else(|reason| {
                 judge::new_cell(key, CellScoreState::Incomplete, Some(reason))
@@ -133,14 +123,14 @@ pub fn score_run(
         return Ok((self::imported(run, imported), BTreeMap::new()));
     }
     let (preset, series) = preset(run, rules)?;
-    let mut cells = cells_seen(run);
+    let mut cells = run.cells.clone();
     let in_warmup = judge::prefill_in_warmup(&run.manifest);
-    let complete: Vec<(CellKey, &Path)> = run.complete_cells().map(|(k, d)| (*k, d)).collect();
+    let complete: Vec<(CellKey, &Path)> = run.complete_cells().collect();
     // A cell whose pages fail to decode gives the error as its reason to be incomplete.
     let load = |key: CellKey, dir: &Path| {
         let mut loaded = tokentrace_score::data::Loaded::default();
         stages::time(Stage::Load, || {
-            tokentrace_score::read::cell_with(dir, key, &series, traces, &mut loaded)
+            tokentrace_score::read::cell(dir, key, &series, traces, &mut loaded)
         })
         .map(|()| loaded)
         .map_err(|e| e.to_string())
@@ -214,7 +204,10 @@ pub fn score_run(
 
 /// `f` over `items` on up to as many threads as the machine has cores, each taking the
 /// next item when done with its last (so at most that many are in hand at once); the
-/// results in `items`' order.
+/// results in `items`' order. Not rayon, which opens the run's cells: the loop search
+/// inside a cell's scoring runs on rayon's pool, and a rayon thread that waits there
+/// steals other work, so cells scored on that pool could be in hand more than one per
+/// thread (each holding its loaded data); these threads take a cell only when done.
 fn in_parallel<T: Sync, R: Send>(items: &[T], f: impl Fn(&T) -> R + Sync) -> Vec<R> {
     let threads = std::thread::available_parallelism()
         .map_or(1, usize::from)
@@ -245,19 +238,4 @@ fn in_parallel<T: Sync, R: Send>(items: &[T], f: impl Fn(&T) -> R + Sync) -> Vec
         out[i] = Some(r);
     }
     out.into_iter().flatten().collect()
-}
-
-/// Scores an opened run under `rules` from one polars load of the whole run, and hands
-/// back what was loaded (with `loads` of [`load::Loads::Traces`], the decode cells'
-/// timelines too). Memory grows with the run: [`score_run`] is the way to score; this is
-/// the in-memory path tests hold it against.
-pub fn score_loaded(
-    run: &Run,
-    rules: &RuleSet,
-    loads: load::Loads,
-) -> Result<(Scoring, load::Loaded)> {
-    let (preset, series) = preset(run, rules)?;
-    let loaded = load::load(run, &series, loads)?;
-    let scoring = judge::scoring(&run.manifest, &cells_seen(run), &loaded, rules, preset);
-    Ok((scoring, loaded))
 }

@@ -1,24 +1,20 @@
-//! The two ways to the rules' data agree: the analyzer's polars loading of a whole run,
-//! and the trace's own reader cell by cell (the recorder's live view and `watch`); and
-//! cells scored live one by one as they commit score as the whole run does offline.
+//! The product's way to the rules' data, the trace's own reader cell by cell (the
+//! analyzer, the recorder's live view and `watch`), agrees with the oracle's polars load
+//! of a whole run; and cells scored live one by one as they commit score as the whole
+//! run does offline.
 
 use std::path::Path;
 
 use tokentrace_analyzer::RuleSet;
-use tokentrace_analyzer::load::{self, Loaded, Loads};
-use tokentrace_analyzer::run::{CellState, Run};
+use tokentrace_analyzer::run::{Cell, Run};
 use tokentrace_schemas::layout::Phase;
+use tokentrace_score::data::Loaded;
 use tokentrace_score::live;
 
+use crate::oracle::{self, Loads};
+
 fn series(run: &Run) -> Vec<String> {
-    let rules = RuleSet::load("default").expect("built-in rules");
-    let preset = rules
-        .metrics
-        .preset(run.manifest.engine.name.as_deref())
-        .expect("preset");
-    let mut series = preset.series();
-    series.push(tokentrace_schemas::protocol::CLIENT_LAG_METRIC.to_string());
-    series
+    oracle::series(run, &RuleSet::load("default").expect("built-in rules"))
 }
 
 #[test]
@@ -27,14 +23,12 @@ fn polars_and_row_reading_give_the_same_data() {
     for name in ["sim-chat", "sim-completions", "sim-open"] {
         let run = Run::open(&root.join(name)).expect("fixture run opens");
         let series = series(&run);
-        let by_polars = load::load(&run, &series, Loads::Scoring).expect("polars load");
+        let by_polars = oracle::load(&run, &series, Loads::Scoring).expect("polars load");
         let mut by_rows = Loaded::default();
         let mut cells = 0;
-        for state in &run.cells {
-            if let CellState::Complete { key, dir, .. } = state {
-                tokentrace_score::read::cell(dir, *key, &series, &mut by_rows).expect("row read");
-                cells += 1;
-            }
+        for (key, dir) in run.complete_cells() {
+            tokentrace_score::read::cell(dir, key, &series, false, &mut by_rows).expect("row read");
+            cells += 1;
         }
         assert!(cells > 3, "{name}: {cells} complete cells");
         assert!(
@@ -68,7 +62,7 @@ fn cells_scored_one_by_one_as_they_commit_match_the_offline_scoring() {
             .expect("scores");
         let mut board = live::Board::new(&run.manifest).expect("board");
         for state in &run.cells {
-            if let CellState::Complete { key, .. } = state {
+            if let Cell::Complete(key) = state {
                 board
                     .add(&run.manifest, &run.dir, *key)
                     .expect("live score");
@@ -120,8 +114,8 @@ fn assert_streaming_matches_in_memory(run: &Run, what: &str) {
         let rules = RuleSet::load(rules).expect("built-in rules");
         let (streamed, traces) =
             tokentrace_analyzer::score::score_run(run, &rules, true).expect("scored cell by cell");
-        let (whole, loaded) = tokentrace_analyzer::score::score_loaded(run, &rules, Loads::Traces)
-            .expect("scored whole");
+        let (whole, loaded) =
+            oracle::score_loaded(run, &rules, Loads::Traces).expect("scored whole");
         let json =
             |s: &tokentrace_analyzer::Scoring| serde_json::to_string_pretty(s).expect("serializes");
         assert_eq!(
@@ -132,7 +126,7 @@ fn assert_streaming_matches_in_memory(run: &Run, what: &str) {
         );
         assert_eq!(
             traces,
-            tokentrace_analyzer::trace::traces_of(&whole, &loaded),
+            oracle::traces_of(&whole, &loaded),
             "{what}, rules {}",
             rules.id()
         );

@@ -1,6 +1,7 @@
 //! A whole run loaded at once with polars: lazy scans over every complete cell, reduced
-//! to the per-request and per-cell tables the rules need. Scoring reads cell by cell
-//! instead ([`crate::score::score_run`]); this in-memory path is what tests hold it to.
+//! to the per-request and per-cell tables the rules need, by joins and sorts of its own
+//! (the window test as a join, older files' missing columns as nulls) and the shared
+//! folds. The product reads cell by cell instead (`score::score_run`).
 
 use std::collections::HashMap;
 
@@ -10,12 +11,11 @@ use tokentrace_schemas::layout::{CellKey, Phase};
 use tokentrace_schemas::tables::{EndReason, EventKind, Role};
 use tokentrace_score::fold;
 
-use crate::error::{Error, Result};
-use crate::run::Run;
+use tokentrace_analyzer::Run;
+use tokentrace_score::data::{EventInfo, Loaded, RequestInfo};
 
-pub use tokentrace_score::data::{
-    EventInfo, Loaded, RequestInfo, Sample, TickCounts, TokenAgg, UsageCount,
-};
+use super::Result;
+use super::scan::{from_level, has_rate_cells, level, scan};
 
 /// What [`load`] reads beyond what scoring needs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -26,10 +26,14 @@ pub enum Loads {
     Traces,
 }
 
-fn perr(run: &Run) -> impl Fn(PolarsError) -> Error + '_ {
-    move |source| Error::Polars {
-        path: run.dir.join(tokentrace_schemas::layout::CELLS_DIR),
-        source,
+fn perr(run: &Run) -> impl Fn(PolarsError) -> String + '_ {
+    move |e| {
+        format!(
+            "{}: {e}",
+            run.dir
+                .join(tokentrace_schemas::layout::CELLS_DIR)
+                .display()
+        )
     }
 }
 
@@ -71,7 +75,7 @@ impl Cols<'_> {
         let phase = self.str("phase")?;
         let context = self.i64("context")?;
         let concurrency = self.i64("concurrency")?;
-        // Runs without rate cells have no `rate` column (see `Run::scan`).
+        // Runs without rate cells have no `rate` column (see [`scan`]).
         let rate = if self.df.column("rate").is_ok() {
             self.i64("rate")?
         } else {
@@ -88,48 +92,33 @@ impl Cols<'_> {
                     u32::try_from(c?).ok()?,
                     u32::try_from(n?).ok()?,
                 );
-                crate::run::from_level(key, r?)
+                from_level(key, r?)
             })
             .collect())
     }
 }
 
-fn bad_value(run: &Run, table: &str, what: String) -> Error {
-    Error::BadValue {
-        path: run.dir.join(tokentrace_schemas::layout::CELLS_DIR),
-        table: table.to_string(),
-        what,
-    }
+fn bad_value(run: &Run, table: &str, what: String) -> String {
+    format!(
+        "{}: table {table}: {what}",
+        run.dir
+            .join(tokentrace_schemas::layout::CELLS_DIR)
+            .display()
+    )
 }
 
 /// Reads what scoring needs from every complete cell of `run` (and with
 /// [`Loads::Traces`], the token timelines); `series` are the metric names to keep (the
 /// engine preset's and the recorder's own).
 pub fn load(run: &Run, series: &[String], loads: Loads) -> Result<Loaded> {
-    guarded(run, || load_unguarded(run, series, loads))
-}
-
-/// Runs `f`, which reads the run's files through polars; a panic there (polars unwraps
-/// some errors of damaged Parquet data inside its readers) becomes an error naming the
-/// run's cells folder, instead of ending the process.
-pub fn guarded<R>(run: &Run, f: impl FnOnce() -> Result<R>) -> Result<R> {
-    std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).unwrap_or_else(|panic| {
-        Err(Error::Damaged {
-            path: run.dir.join(tokentrace_schemas::layout::CELLS_DIR),
-            message: tokentrace_schemas::reader::panic_message(panic.as_ref()),
-        })
-    })
-}
-
-fn load_unguarded(run: &Run, series: &[String], loads: Loads) -> Result<Loaded> {
     let mut out = Loaded::default();
-    let Some(requests) = run.scan("requests")? else {
+    let Some(requests) = scan(run, "requests")? else {
         return Ok(out);
     };
     let (Some(chunks), Some(metrics), Some(events)) = (
-        run.scan("chunks")?,
-        run.scan("metrics")?,
-        run.scan("events")?,
+        scan(run, "chunks")?,
+        scan(run, "metrics")?,
+        scan(run, "events")?,
     ) else {
         return Ok(out);
     };
@@ -146,7 +135,7 @@ fn load_unguarded(run: &Run, series: &[String], loads: Loads) -> Result<Loaded> 
 /// reader (a row per workload request: small beside the chunks).
 fn load_replay(run: &Run, out: &mut Loaded) -> Result<()> {
     for (key, dir) in run.complete_cells() {
-        tokentrace_score::read::replay(dir, *key, out)?;
+        tokentrace_score::read::replay(dir, key, out).map_err(|e| e.to_string())?;
     }
     Ok(())
 }
@@ -155,7 +144,7 @@ fn load_replay(run: &Run, out: &mut Loaded) -> Result<()> {
 /// per scrape), read through the trace's own reader.
 fn load_gpu(run: &Run, out: &mut Loaded) -> Result<()> {
     for (key, dir) in run.complete_cells() {
-        tokentrace_score::read::gpu(dir, *key, out)?;
+        tokentrace_score::read::gpu(dir, key, out).map_err(|e| e.to_string())?;
     }
     Ok(())
 }
@@ -314,10 +303,10 @@ fn windows(run: &Run, out: &Loaded) -> Result<DataFrame> {
         ),
     ];
     let mut cols = cols.to_vec();
-    if run.has_rate_cells() {
+    if has_rate_cells(run) {
         cols.push(Column::new(
             "rate".into(),
-            map.keys().map(crate::run::level).collect::<Vec<_>>(),
+            map.keys().map(level).collect::<Vec<_>>(),
         ));
     }
     DataFrame::new(map.len(), cols).map_err(perr(run))
@@ -328,11 +317,11 @@ fn keyed(run: &Run, cols: impl IntoIterator<Item = Expr>) -> Vec<Expr> {
     key_columns(run).into_iter().chain(cols).collect()
 }
 
-/// The columns that name a row's cell in a scan (`Run::scan`): `rate` only in runs
-/// with rate cells, so that a matrix run's joins keep their three keys.
+/// The columns that name a row's cell in a scan ([`scan`]): `rate` only in runs with
+/// rate cells, so that a matrix run's joins keep their three keys.
 fn key_columns(run: &Run) -> Vec<Expr> {
     let mut keys = vec![col("phase"), col("context"), col("concurrency")];
-    if run.has_rate_cells() {
+    if has_rate_cells(run) {
         keys.push(col("rate"));
     }
     keys
@@ -464,7 +453,7 @@ fn aggregate(
             .map_err(perr(run))
     };
     let (content, reasoning) = (str_column("content")?, str_column("reasoning")?);
-    let mut fold = fold::ChunkFold::sorted(owner);
+    let mut fold = fold::ChunkFold::new(owner);
     let rows = ids
         .iter()
         .zip(arrival.iter())
