@@ -1,7 +1,8 @@
 //! tokentrace scoring without polars: the rule sets, the per-cell scorer (one function
 //! per verdict rule and warning), the loop finder and the scoring contract, over plain
-//! per-cell data ([`data::Loaded`]). The analyzer builds that data from a run folder;
-//! the recorder builds it from the rows it writes, for the live view's hints.
+//! per-cell data ([`data::Loaded`]). The analyzer, the recorder's live view and `watch`
+//! build that data one way: a committed cell folder read back by [`read`], its rows
+//! reduced by [`fold`].
 
 pub mod contract;
 pub mod data;
