@@ -60,7 +60,8 @@ pub struct RecordArgs {
     /// Longest readiness warm-up of a decode cell.
     #[arg(long, value_parser = duration, default_value = "10m")]
     pub warmup_timeout: Duration,
-    /// Longest wait for the server to report nothing running or waiting after a cell.
+    /// Longest wait for the server to report nothing running or waiting after a cell
+    /// (twice, 0.5 s apart, its token counters unmoved).
     #[arg(long, value_parser = duration, default_value = "5m")]
     pub drain_timeout: Duration,
     /// Most tokens a prompt may differ from its context, as the server counts.

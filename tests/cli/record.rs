@@ -909,3 +909,66 @@ async fn max_concurrency_caps_a_rate_cell_and_the_wait_is_lag() {
         "lag max {lag_max} ms, E2E median {e2e_median} ms"
     );
 }
+
+/// A decode cell's drain believes no single idle scrape (vLLM publishes its gauges after
+/// each engine step, so a request still in its first step reads as idle): it ends on two
+/// idle scrapes `DRAIN_QUIET` apart whose token counters agree.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_drain_ends_on_two_idle_scrapes_a_quiet_interval_apart() {
+    use tokentrace_recorder::store::cell::DRAIN_QUIET;
+    use tokentrace_schemas::Phase;
+    use tokentrace_schemas::tables::{EventKind, Events, Metrics};
+    let addr: SocketAddr = "127.0.0.1:0".parse().expect("addr");
+    let sim = SimServer::start(Profile::load("tiny").expect("tiny"), addr)
+        .await
+        .expect("sim");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let out = dir.path().join("run");
+    let mut opts = options(&sim.url(), &out);
+    opts.contexts = vec![256];
+    opts.concurrency = vec![1, 2];
+    opts.window = Duration::from_millis(1000);
+    opts.max_tokens = 64;
+    runner::record(&opts, |_| {}).await.expect("recorded");
+    sim.stop();
+    let mut decode = 0;
+    for (key, cell) in list_cells(&out).expect("cells") {
+        if key.phase != Phase::Decode {
+            continue;
+        }
+        decode += 1;
+        let events = read_table::<Events>(&cell.join("events.parquet")).expect("events");
+        let at = |k: EventKind| events.iter().find(|e| e.kind == k).expect("event").time_ns;
+        let (start, end) = (at(EventKind::DrainStart), at(EventKind::DrainEnd));
+        let metrics = read_table::<Metrics>(&cell.join("metrics.parquet")).expect("metrics");
+        // (scrape start, running + waiting, prompt + generated tokens) of each scrape
+        // inside the drain.
+        let mut scrapes: BTreeMap<i64, (f64, f64)> = BTreeMap::new();
+        for r in metrics
+            .iter()
+            .filter(|r| (start..=end).contains(&r.scrape_start_ns))
+        {
+            let s = scrapes.entry(r.scrape_start_ns).or_default();
+            match r.name.as_str() {
+                "vllm:num_requests_running" | "vllm:num_requests_waiting" => s.0 += r.value,
+                "vllm:prompt_tokens_total" | "vllm:generation_tokens_total" => s.1 += r.value,
+                _ => {}
+            }
+        }
+        // The cell's own scraper goes on beside the drain: counted back from the last
+        // scrape, the idle run with unmoved counters spans the quiet interval.
+        let (&t1, &last) = scrapes.last_key_value().expect("a scrape in the drain");
+        assert!(last.0 == 0.0 && last.1 > 0.0, "{key}: {scrapes:?}");
+        let quiet_from = scrapes
+            .iter()
+            .rev()
+            .take_while(|(_, s)| **s == last)
+            .last()
+            .map_or(t1, |(t, _)| *t);
+        assert!(
+            u128::try_from(t1 - quiet_from).expect("ordered") >= DRAIN_QUIET.as_nanos(),
+            "{key}: the drain ended without two quiet scrapes {DRAIN_QUIET:?} apart: {scrapes:?}"
+        );
+    }
+    assert_eq!(decode, 2);
+}

@@ -55,6 +55,10 @@ pub const STASH_BYTES: usize = 64 << 20;
 pub use tokentrace_schemas::protocol::{CLIENT_CPU_METRIC, CLIENT_LAG_METRIC};
 /// How long the drain barrier waits when the server has no metrics to ask.
 pub const NO_METRICS_WAIT: Duration = Duration::from_secs(1);
+/// How long an idle server must stay idle, its token counters unmoved, to count as
+/// drained: longer than one engine step of the requests a cancel leaves behind (vLLM on
+/// two CPU cores: a 256-token prefill takes about 0.1 s).
+pub const DRAIN_QUIET: Duration = Duration::from_millis(500);
 /// The longest one metrics scrape may take (the drain's scrapes take no longer than the
 /// drain has left).
 pub const SCRAPE_TIMEOUT: Duration = Duration::from_secs(5);
@@ -262,17 +266,17 @@ impl Cell {
     }
 
     /// Scrapes once and queues the rows, then samples the GPUs (off the runtime's
-    /// threads: NVML calls block); returns (running, waiting) when known.
-    async fn scrape_once(&self) -> Option<(f64, f64)> {
+    /// threads: NVML calls block); returns the server's load when known.
+    async fn scrape_once(&self) -> Option<Load> {
         self.scrape_within(SCRAPE_TIMEOUT).await
     }
 
     /// One scrape that gives up after `limit`.
-    async fn scrape_within(&self, limit: Duration) -> Option<(f64, f64)> {
+    async fn scrape_within(&self, limit: Duration) -> Option<Load> {
         let rw = self.scrape_metrics(limit).await;
         if let Some(gpus) = self.ctx.gpus.clone() {
-            if let Some((running, _)) = rw {
-                gpus.server_running(running);
+            if let Some(load) = rw {
+                gpus.server_running(load.running);
             }
             let clock = self.ctx.clock;
             if let Ok(rows) = tokio::task::spawn_blocking(move || gpus.sample(clock.now_ns())).await
@@ -285,11 +289,11 @@ impl Cell {
         rw
     }
 
-    async fn scrape_metrics(&self, limit: Duration) -> Option<(f64, f64)> {
+    async fn scrape_metrics(&self, limit: Duration) -> Option<Load> {
         let url = self.ctx.metrics_url.as_deref()?;
         match scrape::scrape(&self.ctx.client, url, &self.ctx.clock, limit).await {
             Ok(rows) => {
-                let rw = running_waiting(&rows);
+                let rw = load(&rows);
                 self.ctx.feed.scraped(&rows);
                 let _ = self.tx.send(Record::Metrics(rows)).await;
                 rw
@@ -307,11 +311,32 @@ impl Cell {
     }
 }
 
-/// (running, waiting) summed over label sets, from the first engine whose gauges appear.
-pub fn running_waiting(rows: &[MetricRow]) -> Option<(f64, f64)> {
+/// What one scrape says of the server's load.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Load {
+    /// Requests running and waiting (gauges, summed over label sets).
+    pub running: f64,
+    pub waiting: f64,
+    /// Prompt plus generated tokens so far (counters), where the engine has them: work
+    /// done between two scrapes shows as a change here even when the gauges read 0.
+    pub work: Option<f64>,
+}
+
+impl Load {
+    fn idle(&self) -> bool {
+        self.running == 0.0 && self.waiting == 0.0
+    }
+}
+
+/// The server's load, from the first engine whose gauges appear.
+pub fn load(rows: &[MetricRow]) -> Option<Load> {
     Engine::ALL.iter().find_map(|e| {
         let EngineSeries {
-            running, waiting, ..
+            running,
+            waiting,
+            prompt_tokens,
+            generated_tokens,
+            ..
         } = e.series();
         let sum = |name: &str| {
             let v: Vec<f64> = rows
@@ -321,7 +346,15 @@ pub fn running_waiting(rows: &[MetricRow]) -> Option<(f64, f64)> {
                 .collect();
             (!v.is_empty()).then(|| v.iter().sum::<f64>())
         };
-        Some((sum(running)?, sum(waiting).unwrap_or(0.0)))
+        let work = match (sum(prompt_tokens), sum(generated_tokens)) {
+            (None, None) => None,
+            (p, g) => Some(p.unwrap_or(0.0) + g.unwrap_or(0.0)),
+        };
+        Some(Load {
+            running: sum(running)?,
+            waiting: sum(waiting).unwrap_or(0.0),
+            work,
+        })
     })
 }
 
@@ -616,16 +649,32 @@ impl Background {
 
 /// Drain barrier: waits until the server reports nothing running or waiting, within
 /// the drain timeout, and says how it ended in a `drain_end` event.
+///
+/// One idle scrape is not believed: vLLM publishes its gauges and counters after each
+/// engine step, so a request sent just before the cancel, still in its first step (or
+/// in the front end), reads as idle and would prefill inside the next cell (CI once saw
+/// the next prefill cell's scout meet such a request's cache hit). Drained is two idle
+/// scrapes [`DRAIN_QUIET`] apart with the token counters unmoved between them.
 async fn drain(cell: &Arc<Cell>) {
     cell.event(EventKind::DrainStart, None, None).await;
     let deadline = Instant::now() + cell.ctx.drain_timeout;
+    // The idle scrape awaiting confirmation.
+    let mut idle: Option<Load> = None;
     let drain = loop {
         // A scrape takes no longer than the drain has left (at least a moment, so that
         // a drain at its deadline still asks once).
         let left = deadline.saturating_duration_since(Instant::now());
         let limit = left.clamp(Duration::from_millis(200), SCRAPE_TIMEOUT);
         match cell.scrape_within(limit).await {
-            Some((r, w)) if r == 0.0 && w == 0.0 => break Drain::Drained,
+            Some(now) if now.idle() => {
+                if idle.is_some_and(|before| before.work == now.work) || Instant::now() >= deadline
+                {
+                    break Drain::Drained;
+                }
+                idle = Some(now);
+                let left = deadline.saturating_duration_since(Instant::now());
+                tokio::time::sleep(DRAIN_QUIET.min(left)).await;
+            }
             None if cell.ctx.metrics_url.is_none() => {
                 tokio::time::sleep(NO_METRICS_WAIT).await;
                 break Drain::NoMetrics {
@@ -633,10 +682,16 @@ async fn drain(cell: &Arc<Cell>) {
                 };
             }
             None => break Drain::NotChecked,
-            Some((running, waiting)) if Instant::now() >= deadline => {
-                break Drain::TimedOut { running, waiting };
+            Some(now) if Instant::now() >= deadline => {
+                break Drain::TimedOut {
+                    running: now.running,
+                    waiting: now.waiting,
+                };
             }
-            Some(_) => tokio::time::sleep(Duration::from_millis(100)).await,
+            Some(_) => {
+                idle = None;
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
         }
     };
     let detail = drain.to_detail();

@@ -68,7 +68,8 @@ pub async fn record_decode(
             let mut first = Some(first_tx);
             let mut stop = cancel.clone();
             while !closed.load(Ordering::Acquire) {
-                if !cell.paced(&mut stop).await {
+                // The window may have closed while the pacer held the request back.
+                if !cell.paced(&mut stop).await || closed.load(Ordering::Acquire) {
                     break;
                 }
                 let role = if open.load(Ordering::Acquire) {
