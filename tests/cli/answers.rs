@@ -153,15 +153,34 @@ async fn speculative_decoding_agrees_with_the_simulators_ground_truth() {
         );
         assert!((inner.1..=outer.1).contains(&drafts), "{key}: drafts");
         assert!((inner.2..=outer.2).contains(&accepted), "{key}: accepted");
-        within_1pct(
-            &format!("{key}: acceptance rate"),
-            f.spec_acceptance_rate.expect("rate"),
-            inner.2 as f64 / inner.1 as f64,
+        // A step that ended while a bracketing scrape ran may be in the counters or
+        // not (one step of 3 drafts moves a 330-draft rate by 1.3%): the figures are
+        // the truth of the bracket the counts fall in, and equal it when the two ends
+        // agree.
+        let rate = f.spec_acceptance_rate.expect("rate");
+        let (low, high) = (
+            inner.2 as f64 / outer.1 as f64,
+            outer.2 as f64 / inner.1 as f64,
         );
-        within_1pct(
-            &format!("{key}: acceptance length"),
-            f.spec_acceptance_length.expect("length"),
-            1.0 + inner.2 as f64 / inner.0 as f64,
+        assert!(
+            low <= rate && rate <= high,
+            "{key}: acceptance rate {rate}, truth {low}..{high}"
+        );
+        if inner == outer {
+            within_1pct(
+                &format!("{key}: acceptance rate"),
+                rate,
+                inner.2 as f64 / inner.1 as f64,
+            );
+        }
+        let length = f.spec_acceptance_length.expect("length");
+        let (fewest, most) = (
+            1.0 + accepted as f64 / outer.0 as f64,
+            1.0 + accepted as f64 / inner.0 as f64,
+        );
+        assert!(
+            fewest * 0.99 <= length && length <= most * 1.01,
+            "{key}: acceptance length {length}, truth {fewest}..{most}"
         );
         // Tokens per event: what the simulator wrote inside the window.
         let (events, tokens) = chunks
