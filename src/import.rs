@@ -259,6 +259,7 @@ fn manifest(r: &RefRun, cells: &[CellScore], imported: Imported) -> Manifest {
             burst: None,
             rate: None,
             replay: None,
+            conversation: None,
         },
         cells: cells
             .iter()

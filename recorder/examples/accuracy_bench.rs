@@ -72,6 +72,7 @@ async fn one(streams: u32, window: Duration) -> Result<String, String> {
         first_request_id: 1,
         preamble: Vec::new(),
         replay: None,
+        conversation: None,
         variants: None,
         requests: 0,
         rate: None,

@@ -76,6 +76,7 @@ async fn one(rate: Rate, requests: u32, arrival: Arrival) -> Result<String, Stri
         first_request_id: 1,
         preamble: Vec::new(),
         replay: None,
+        conversation: None,
         variants,
         requests: 0,
         rate: Some(RateConfig {

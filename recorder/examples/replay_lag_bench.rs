@@ -128,6 +128,7 @@ async fn one(rate: Rate, requests: u32) -> Result<String, String> {
         first_request_id: 1,
         preamble: Vec::new(),
         replay: Some(plan_replay),
+        conversation: None,
         variants: None,
         requests: 0,
         rate: None,

@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use tokentrace_schemas::column::StrEnum;
-use tokentrace_schemas::manifest::{Manifest, PrefillMode, TraceFormat};
+use tokentrace_schemas::manifest::{ConversationConfig, Manifest, PrefillMode, Think, TraceFormat};
 use tokentrace_schemas::tables::Endpoint;
 
 use crate::run::runner;
@@ -16,7 +16,9 @@ use tokentrace_schemas::manifest::RateConfig;
 use tokentrace_schemas::schedule::Arrival;
 
 mod values;
-use values::{arrival, duration, endpoint, key_value, prefill_mode, replay_window, time_scale};
+use values::{
+    arrival, duration, endpoint, key_value, prefill_mode, replay_window, think, time_scale, turns,
+};
 pub use values::{parse_contexts, parse_list, parse_modes, parse_rates};
 
 /// Record a context × concurrency matrix (and burst or rate cells) from an
@@ -169,6 +171,35 @@ pub struct RecordArgs {
     /// File holding the API key, instead of the environment.
     #[arg(long)]
     pub api_key_file: Option<PathBuf>,
+    /// Record conversation cells: multi-turn sessions, each turn sending the whole
+    /// history (with the server's real answers) plus a new message, one cell per number
+    /// of live sessions, comma-separated (e.g. 1,4,16,64: the sweep shows where the KV
+    /// cache stops holding the conversations). Each cell runs for --duration.
+    #[arg(long, value_parser = parse_list)]
+    pub conversations: Option<std::vec::Vec<u32>>,
+    /// Turns of each conversation: `5`, or `3..8` drawn uniformly (seeded by --seed).
+    #[arg(long, value_parser = turns, default_value = "5")]
+    pub turns: (u32, u32),
+    /// Tokens of each turn's new message (the server's tokenizer counts it alone).
+    #[arg(long, value_parser = parse_contexts, default_value = "256")]
+    pub message_tokens: std::vec::Vec<u32>,
+    /// max_tokens of each conversation answer.
+    #[arg(long, default_value_t = session::DEFAULT_ANSWER_TOKENS)]
+    pub answer_tokens: u32,
+    /// Let a conversation answer end at the model's end of sequence (without it,
+    /// ignore_eos is sent and every answer has --answer-tokens tokens).
+    #[arg(long)]
+    pub stop_at_eos: bool,
+    /// Tokens of a system prompt every conversation starts with, shared by all (the
+    /// agent case: a long common prefix); 0: none.
+    #[arg(long, default_value_t = 0)]
+    pub system_tokens: u32,
+    /// Mean think time between an answer and the session's next turn (0s: at once).
+    #[arg(long, value_parser = duration, default_value = "1s")]
+    pub think: Duration,
+    /// How think times are drawn: `exponential` (seeded by --seed) or `fixed`.
+    #[arg(long, value_parser = think, default_value = "exponential")]
+    pub think_time: Think,
     /// How to show the recording: `screen` (full screen: the tables filling in, the
     /// server's gauges, the event log; keys q stop, s skip the cell, p pause), `live`
     /// (compact, in place) or `plain` (lines) [default: screen on a terminal, plain off
@@ -224,6 +255,10 @@ pub fn normalize_target(target: &str) -> Result<(String, Option<String>), UsageE
     let note = (url != given).then(|| format!("--target `{given}`: recording {url}"));
     Ok((url, note))
 }
+
+/// The shortest conversation message: long enough that rewording its words gives every
+/// session and turn a message of its own.
+pub const MIN_MESSAGE_TOKENS: u32 = 32;
 
 /// The demo matrix recorded against the built-in simulator when no matrix option is given.
 pub const DEMO_CONTEXTS: [u32; 2] = [8192, 32768];
@@ -304,6 +339,9 @@ impl RecordArgs {
         if self.replay.is_some() {
             modes.push(Mode::Replay);
         }
+        if self.conversations.is_some() {
+            modes.push(Mode::Conversation);
+        }
         if modes.is_empty() {
             modes.push(Mode::Matrix);
         }
@@ -378,8 +416,9 @@ impl RecordArgs {
         let modes = self.modes();
         let bad = |m: &str| Err(UsageError(m.to_string()));
         if modes.is_empty() {
-            return bad("--mode is empty: give matrix, burst, rate or replay");
+            return bad("--mode is empty: give matrix, burst, rate, replay or conversation");
         }
+        self.check_conversations(&modes)?;
         let rate = modes.contains(&Mode::Rate);
         match &self.rates {
             None if rate => return bad("--mode rate needs --rates (e.g. --rates 1,2,4,8,inf)"),
@@ -425,6 +464,68 @@ impl RecordArgs {
             );
         }
         Ok(())
+    }
+
+    /// Checks the conversation options: sessions given with the mode, one message
+    /// length long enough to reword, answers of at least one token.
+    fn check_conversations(&self, modes: &[Mode]) -> Result<(), UsageError> {
+        let bad = |m: &str| Err(UsageError(m.to_string()));
+        let on = modes.contains(&Mode::Conversation);
+        match &self.conversations {
+            None if on => {
+                return bad(
+                    "--mode conversation needs --conversations (e.g. --conversations 1,4,16)",
+                );
+            }
+            Some(c) if c.is_empty() => {
+                return bad("--conversations is empty: give at least one number of sessions");
+            }
+            Some(_) if !on => {
+                return bad(
+                    "--conversations is given but --mode has no `conversation`: add it \
+                     (e.g. --mode matrix,conversation)",
+                );
+            }
+            _ => {}
+        }
+        if !on {
+            return Ok(());
+        }
+        if self.message_tokens.len() != 1 {
+            return bad("--message-tokens takes one length (e.g. 256)");
+        }
+        if self
+            .message_tokens
+            .first()
+            .is_some_and(|&m| m < MIN_MESSAGE_TOKENS)
+        {
+            return Err(UsageError(format!(
+                "--message-tokens: at least {MIN_MESSAGE_TOKENS}, so that every session's \
+                 messages are its own"
+            )));
+        }
+        if self.answer_tokens == 0 {
+            return bad("--answer-tokens 0: each answer must ask for at least one token");
+        }
+        Ok(())
+    }
+
+    /// The conversation cells' settings as the command line gives them.
+    fn conversation(&self) -> Option<ConversationConfig> {
+        self.conversations
+            .clone()
+            .map(|sessions| ConversationConfig {
+                sessions,
+                turns_min: self.turns.0,
+                turns_max: self.turns.1,
+                message_tokens: self.message_tokens.first().copied().unwrap_or(256),
+                answer_tokens: self.answer_tokens,
+                stop_at_eos: self.stop_at_eos,
+                system_tokens: self.system_tokens,
+                think: self.think_time,
+                think_ns: i64::try_from(self.think.as_nanos()).unwrap_or(i64::MAX),
+                seed: self.seed,
+            })
     }
 
     /// Options for a target (`target` replaces a missing --target).
@@ -526,6 +627,7 @@ impl RecordArgs {
                 }),
                 None => None,
             },
+            conversation: self.conversation(),
             gpus: if self.gpu_telemetry == "off" {
                 session::GpuChoice::Off
             } else {

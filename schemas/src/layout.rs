@@ -1,6 +1,7 @@
 //! Where things live in a run folder: the Hive-style cell paths
 //! (`cells/phase=<p>/context=<n>/concurrency=<n>/`, `cells/phase=rate/context=<n>/rate=<r>/`,
-//! `cells/phase=replay/context=<n>/replay=<i>/`) and the fixed file names. Both the recorder (writing) and the analyzer (reading) take
+//! `cells/phase=replay/context=<n>/replay=<i>/`,
+//! `cells/phase=conversation/context=<n>/sessions=<n>/`) and the fixed file names. Both the recorder (writing) and the analyzer (reading) take
 //! paths from here.
 
 use std::fmt;
@@ -44,19 +45,25 @@ str_enum! {
         /// A workload taken from a file (a recorded run's cell, or a production trace:
         /// Mooncake, Azure, BurstGPT), sent again on its own schedule, open loop.
         Replay = "replay",
+        /// N live multi-turn sessions for a fixed window: each turn sends the whole
+        /// history (with the server's real answers) plus a new message, waits for the
+        /// answer, then a think time; measures how prefix caching carries conversations.
+        Conversation = "conversation",
     }
 }
 
 impl Phase {
     /// The JSON version a run holding cells of this phase writes in its manifest and
     /// commit marks: format v1's for prefill and decode, [`crate::CELL_KINDS_VERSION`]
-    /// for burst and rate, [`crate::REPLAY_VERSION`] for replay, so that readers built
+    /// for burst and rate, [`crate::REPLAY_VERSION`] for replay,
+    /// [`crate::CONVERSATION_VERSION`] for conversations, so that readers built
     /// before a kind of cell refuse a run holding one as newer instead of misreading it.
     pub fn json_version(self) -> u32 {
         match self {
             Phase::Prefill | Phase::Decode => crate::SCHEMA_VERSION,
             Phase::Burst | Phase::Rate => crate::CELL_KINDS_VERSION,
             Phase::Replay => crate::REPLAY_VERSION,
+            Phase::Conversation => crate::CONVERSATION_VERSION,
         }
     }
 }
@@ -160,7 +167,8 @@ pub struct CellKey {
     /// Prompt length in tokens.
     pub context: u32,
     /// Simultaneous requests (1 for prefill cells; 0 for rate cells, whose cap on
-    /// requests in flight is the run's `config.rate.max_concurrency`).
+    /// requests in flight is the run's `config.rate.max_concurrency`; a conversation
+    /// cell's live sessions, each with at most one request in flight).
     pub concurrency: u32,
     /// The offered request rate of a rate cell; `None` for every other phase.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -205,23 +213,38 @@ impl CellKey {
         }
     }
 
+    /// A conversation cell: `sessions` live sessions whose every turn adds a message of
+    /// `context` tokens.
+    pub fn conversation(context: u32, sessions: u32) -> Self {
+        CellKey::new(Phase::Conversation, context, sessions)
+    }
+
     /// The cell's folder relative to the run folder.
     pub fn rel_dir(&self) -> PathBuf {
         Path::new(CELLS_DIR).join(self.partition_path())
     }
 
     /// The cell's folder relative to `cells/` (or to the staging folder). A rate cell's
-    /// third level is `rate=<r>`, a replay cell's `replay=<i>`, every other cell's
-    /// `concurrency=<n>`.
+    /// third level is `rate=<r>`, a replay cell's `replay=<i>`, a conversation cell's
+    /// `sessions=<n>`, every other cell's `concurrency=<n>`.
     pub fn partition_path(&self) -> PathBuf {
         let last = match (self.rate, self.replay) {
             (Some(rate), _) => format!("rate={rate}"),
             (None, Some(i)) => format!("replay={i}"),
-            (None, None) => format!("concurrency={}", self.concurrency),
+            (None, None) => format!("{}={}", self.last_level(), self.concurrency),
         };
         PathBuf::from(format!("phase={}", self.phase))
             .join(format!("context={}", self.context))
             .join(last)
+    }
+
+    /// The name of the third path level of a cell that is neither rate nor replay.
+    fn last_level(&self) -> &'static str {
+        if self.phase == Phase::Conversation {
+            "sessions"
+        } else {
+            "concurrency"
+        }
     }
 
     /// The cell's folder inside `run`.
@@ -236,7 +259,8 @@ impl CellKey {
 
     /// Parses a path that ends in `phase=<p>/context=<n>/concurrency=<n>` (or, for a
     /// rate cell, `phase=rate/context=<n>/rate=<r>`; for a replay cell,
-    /// `phase=replay/context=<n>/replay=<i>`).
+    /// `phase=replay/context=<n>/replay=<i>`; for a conversation cell,
+    /// `phase=conversation/context=<n>/sessions=<n>`).
     pub fn from_path(path: &Path) -> Result<Self> {
         let bad = || Error::BadCellPath {
             path: path.to_path_buf(),
@@ -274,10 +298,11 @@ impl CellKey {
             }
             return Ok(CellKey::replay(context, index));
         }
+        let level = CellKey::new(phase, context, 0).last_level();
         Ok(CellKey::new(
             phase,
             context,
-            value(last, "concurrency")?.parse().map_err(|_| bad())?,
+            value(last, level)?.parse().map_err(|_| bad())?,
         ))
     }
 }
@@ -289,8 +314,11 @@ impl fmt::Display for CellKey {
             (None, Some(i)) => write!(f, "{} context={} replay={i}", self.phase, self.context),
             (None, None) => write!(
                 f,
-                "{} context={} concurrency={}",
-                self.phase, self.context, self.concurrency
+                "{} context={} {}={}",
+                self.phase,
+                self.context,
+                self.last_level(),
+                self.concurrency
             ),
         }
     }

@@ -35,7 +35,7 @@ pub use serde;
 pub use table::Table;
 pub use tables::{
     ChunkKind, ChunkRow, Chunks, EndReason, Endpoint, EventKind, EventRow, Events, MetricRow,
-    MetricType, Metrics, Replay, ReplayRow, RequestRow, Requests, Role,
+    MetricType, Metrics, Replay, ReplayRow, RequestRow, Requests, Role, TurnRow, Turns,
 };
 
 /// The trace format version this build writes and reads.
@@ -49,9 +49,15 @@ pub const CELL_KINDS_VERSION: u32 = 2;
 /// table; readers built before replay refuse it as newer.
 pub const REPLAY_VERSION: u32 = 3;
 /// The version of `manifest.json` and `cell.json` in a run imported from another tool's
-/// results (`tokentrace import`; FORMAT.md, "Imported runs"), and the newest this build
-/// reads: its cells hold figures, no tables, and readers built before refuse it as newer.
+/// results (`tokentrace import`; FORMAT.md, "Imported runs"): its cells hold figures, no
+/// tables, and readers built before refuse it as newer.
 pub const IMPORTED_VERSION: u32 = 4;
+/// The version of `manifest.json` and `cell.json` in a run that holds conversation cells
+/// (FORMAT.md, "Cell kinds"): its tables are v1's plus the conversation cells' own
+/// `turns` table; readers built before conversations refuse it as newer.
+pub const CONVERSATION_VERSION: u32 = 5;
+/// The newest JSON version this build reads.
+pub const NEWEST_VERSION: u32 = CONVERSATION_VERSION;
 /// This build's version.
 pub const TOOL_VERSION: &str = env!("CARGO_PKG_VERSION");
 /// Parquet `created_by` of every file this build writes.

@@ -227,6 +227,49 @@ pub struct RunConfig {
     /// The replay cells' settings and sources; absent in a run without replay cells.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub replay: Option<ReplayConfig>,
+    /// The conversation cells' settings; absent in a run without conversation cells.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub conversation: Option<ConversationConfig>,
+}
+
+str_enum! {
+    /// How a session's think times are drawn.
+    pub enum Think {
+        /// Every think time is the mean.
+        Fixed = "fixed",
+        /// Exponential draws of the mean (a user who answers at random moments).
+        Exponential = "exponential",
+    }
+}
+
+/// How a run's conversation cells were recorded (`--conversations`). Each cell keeps
+/// its `concurrency` sessions live for `window_ns`: a session sends its turns one after
+/// another (the whole history, then a new message), waits a think time after each
+/// answer, and a session that ends is replaced by a new one.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ConversationConfig {
+    /// Live sessions of each cell, one cell per level.
+    pub sessions: Vec<u32>,
+    /// A session's turns, drawn uniformly from `turns_min..=turns_max` (equal: fixed).
+    pub turns_min: u32,
+    pub turns_max: u32,
+    /// Tokens of each turn's new message, as the server's tokenizer counts it alone
+    /// (the cells' `context`).
+    pub message_tokens: u32,
+    /// `max_tokens` of every answer.
+    pub answer_tokens: u32,
+    /// Whether an answer may end at the model's end of sequence before `answer_tokens`;
+    /// false sends `ignore_eos`.
+    pub stop_at_eos: bool,
+    /// Tokens of the system prompt every session starts with (0: none), shared by all
+    /// sessions of the run.
+    pub system_tokens: u32,
+    /// How think times are drawn, and their mean.
+    pub think: Think,
+    pub think_ns: i64,
+    /// Seeds the sessions' turn counts and think times, and each request's `seed`.
+    pub seed: u64,
 }
 
 str_enum! {
@@ -589,11 +632,11 @@ pub fn read_json<T: DeserializeOwned>(path: &Path, what: &'static str) -> Result
     let v: VersionOnly = serde_json::from_slice(&bytes).map_err(json_err)?;
     match v.schema_version {
         Some(serde_json::Value::Number(n)) => match n.as_u64() {
-            Some(found) if found > u64::from(crate::IMPORTED_VERSION) => {
+            Some(found) if found > u64::from(crate::NEWEST_VERSION) => {
                 return Err(Error::NewerVersion {
                     path: path.to_path_buf(),
                     found: u32::try_from(found).unwrap_or(u32::MAX),
-                    supported: crate::IMPORTED_VERSION,
+                    supported: crate::NEWEST_VERSION,
                 });
             }
             Some(found) if found >= u64::from(SCHEMA_VERSION) => {}

@@ -37,6 +37,11 @@ pub struct EngineSeries {
     /// … or, where the engine gives no counters, its mean acceptance length (a gauge:
     /// tokens per step, the bonus token included).
     pub spec_accept_length: Option<&'static str>,
+    /// The prefix cache's work, where the engine counts it: prompt tokens looked up in
+    /// it, and those it held (counters; their increases' ratio is the server's own hit
+    /// ratio).
+    pub prefix_cache_queries: Option<&'static str>,
+    pub prefix_cache_hits: Option<&'static str>,
 }
 
 impl Engine {
@@ -83,6 +88,8 @@ impl Engine {
                 spec_draft_tokens: Some("vllm:spec_decode_num_draft_tokens_total"),
                 spec_accepted_tokens: Some("vllm:spec_decode_num_accepted_tokens_total"),
                 spec_accept_length: None,
+                prefix_cache_queries: Some("vllm:prefix_cache_queries_total"),
+                prefix_cache_hits: Some("vllm:prefix_cache_hits_total"),
             },
             Engine::Sglang => EngineSeries {
                 running: "sglang:num_running_reqs",
@@ -95,6 +102,8 @@ impl Engine {
                 spec_draft_tokens: None,
                 spec_accepted_tokens: None,
                 spec_accept_length: Some("sglang:spec_accept_length"),
+                prefix_cache_queries: None,
+                prefix_cache_hits: None,
             },
             // No KV-cache or preemption series in llama.cpp's /metrics.
             Engine::LlamaCpp => EngineSeries {
@@ -108,6 +117,8 @@ impl Engine {
                 spec_draft_tokens: None,
                 spec_accepted_tokens: None,
                 spec_accept_length: None,
+                prefix_cache_queries: None,
+                prefix_cache_hits: None,
             },
             Engine::Tgi => EngineSeries {
                 running: "tgi_batch_current_size",
@@ -120,6 +131,8 @@ impl Engine {
                 spec_draft_tokens: None,
                 spec_accepted_tokens: None,
                 spec_accept_length: None,
+                prefix_cache_queries: None,
+                prefix_cache_hits: None,
             },
         }
     }

@@ -259,6 +259,34 @@ table!(
     }
 );
 
+table!(
+    /// The `turns` table (conversation cells only): one row per turn sent, saying which
+    /// session and turn its request was and what of its prompt the session had sent
+    /// before.
+    Turns,
+    /// One turn of one session.
+    TurnRow, "turns" {
+        /// The turn's request (its `requests` row).
+        request_id: i64,
+        /// The session, numbered from 1 within the cell in the order sessions started.
+        session: i64,
+        /// The turn's place in its session, from 1.
+        turn: i32,
+        /// Turns the session was drawn to run.
+        turns: i32,
+        /// Tokens of the turn's new message as the server's tokenizer counts it alone
+        /// (no chat template).
+        message_tokens: i32,
+        /// Leading prompt tokens the turn repeats from before: on turn 1 the shared
+        /// system prompt's; then the previous turn's `prompt_tokens_server` plus its
+        /// `completion_tokens_server` (its prompt and the answer now in the history).
+        history_tokens: i32,
+        /// Time the session waited between the end of the previous turn's answer and
+        /// this turn's send (the think time, as waited); null on turn 1.
+        think_ns: Option<i64>,
+    }
+);
+
 impl RequestRow {
     /// A request about to be sent: what the recorder knows before any byte moves. Every
     /// other field is unknown (null), `end_reason` is `disconnect` until it ends.
@@ -306,8 +334,9 @@ impl Chunks {
 /// The names of every table a cell always has, in documentation order.
 pub const TABLE_NAMES: [&str; 4] = ["requests", "chunks", "metrics", "events"];
 /// The names of the tables a cell may lack (written only when there is something to
-/// write: `gpu` when the recorder read GPU telemetry, `replay` in replay cells).
-pub const OPTIONAL_TABLE_NAMES: [&str; 2] = ["gpu", "replay"];
+/// write: `gpu` when the recorder read GPU telemetry, `replay` in replay cells, `turns`
+/// in conversation cells).
+pub const OPTIONAL_TABLE_NAMES: [&str; 3] = ["gpu", "replay", "turns"];
 
 /// Canonical label text: pairs sorted by key (then value), `k="v"` joined by commas,
 /// with Prometheus text escaping (`\\`, `\"`, `\n`) of values. No labels gives "".

@@ -12,7 +12,7 @@ use crate::manifest::{CellMeta, FileStat};
 use crate::raw::RawReader;
 use crate::reader::open_table;
 use crate::table::Table;
-use crate::tables::{Chunks, Events, Gpu, Metrics, Replay, Requests};
+use crate::tables::{Chunks, Events, Gpu, Metrics, Replay, Requests, Turns};
 
 /// What a cell's checksums proved.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -209,6 +209,10 @@ pub fn verify_cell(dir: &Path) -> Result<Verified> {
     let replay = table_file::<Replay>();
     if meta.files.contains_key(&replay) || dir.join(&replay).exists() {
         counts.push((replay, count_rows::<Replay>(dir)?));
+    }
+    let turns = table_file::<Turns>();
+    if meta.files.contains_key(&turns) || dir.join(&turns).exists() {
+        counts.push((turns, count_rows::<Turns>(dir)?));
     }
     let mut frames = 0u64;
     for frame in RawReader::open(&dir.join(RAW_FILE))? {

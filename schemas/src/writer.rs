@@ -22,7 +22,7 @@ use crate::raw::RawWriter;
 use crate::table::Table;
 use crate::tables::{
     ChunkRow, Chunks, EventRow, Events, Gpu, GpuRow, MetricRow, Metrics, Replay, ReplayRow,
-    RequestRow, Requests,
+    RequestRow, Requests, TurnRow, Turns,
 };
 use crate::{CREATED_BY, SCHEMA_VERSION, SCHEMA_VERSION_KEY, TABLE_KEY, fsutil};
 
@@ -223,6 +223,8 @@ pub struct CellWriter {
     pub gpu: Option<TableWriter<Gpu>>,
     /// A replay cell's workload: created with the first row.
     pub replay: Option<TableWriter<Replay>>,
+    /// A conversation cell's turns: created with the first row.
+    pub turns: Option<TableWriter<Turns>>,
     limits: WriterLimits,
     pub raw: RawWriter,
 }
@@ -252,6 +254,7 @@ impl CellWriter {
             events: TableWriter::with_limits(&staging.join(table_file::<Events>()), limits)?,
             gpu: None,
             replay: None,
+            turns: None,
             limits,
             raw: RawWriter::create(&staging.join(RAW_FILE))?,
             staging,
@@ -301,6 +304,17 @@ impl CellWriter {
         w.push(row)
     }
 
+    pub fn push_turn(&mut self, row: TurnRow) -> Result<()> {
+        let w = match &mut self.turns {
+            Some(w) => w,
+            None => self.turns.insert(TableWriter::with_limits(
+                &self.staging.join(table_file::<Turns>()),
+                self.limits,
+            )?),
+        };
+        w.push(row)
+    }
+
     /// Finishes every file, writes the commit mark and renames the cell into place.
     pub fn commit(self) -> Result<CellMeta> {
         let CellWriter {
@@ -313,6 +327,7 @@ impl CellWriter {
             events,
             gpu,
             replay,
+            turns,
             limits: _,
             raw,
         } = self;
@@ -326,6 +341,9 @@ impl CellWriter {
         }
         if let Some(replay) = replay {
             files.insert(table_file::<Replay>(), replay.finish()?);
+        }
+        if let Some(turns) = turns {
+            files.insert(table_file::<Turns>(), turns.finish()?);
         }
         files.insert(RAW_FILE.to_string(), raw.finish()?);
         let meta = CellMeta {

@@ -109,6 +109,9 @@ pub struct RunInfo {
     /// The replay cells' settings and sources (`config.replay`); absent without them.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub replay: Option<tokentrace_schemas::manifest::ReplayConfig>,
+    /// The conversation cells' settings (`config.conversation`); absent without them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub conversation: Option<tokentrace_schemas::manifest::ConversationConfig>,
     /// Where an imported run's figures came from (`tokentrace import`): that tool
     /// computed them, and they are shown as it did, never re-scored.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -261,6 +264,7 @@ impl Warning {
             Warning::Content(_) => "content",
             Warning::Connections { .. } => "connections",
             Warning::Rechunked(_) => "rechunked",
+            Warning::PrefixEvicted { .. } => "prefix_evicted",
         }
     }
 }
@@ -369,6 +373,23 @@ pub enum Warning {
     /// something between the server and the recorder held the stream and let it go in
     /// bursts. Their TTFT and time between tokens are the network's timing.
     Rechunked(Box<RechunkEvidence>),
+    /// Conversation cells: the turns from the second on got less than the rule's share
+    /// of their history from the prefix cache (rule `[conversation]`): the server lost
+    /// the sessions' prefixes between turns (evicted under KV-cache pressure) and
+    /// computed them again, with the KV-cache usage it was under.
+    PrefixEvicted {
+        /// Cached over history tokens of those turns, and the rule's least.
+        hit_ratio: f64,
+        min_hit_ratio: f64,
+        /// The turns judged, and how many of them got under half their history.
+        turns: usize,
+        mostly_missed: usize,
+        /// The KV-cache usage gauge's highest and mean value inside the window (0 to
+        /// 1), and its name; null where the engine has none.
+        kv_metric: Option<String>,
+        kv_usage_max: Option<f64>,
+        kv_usage_mean: Option<f64>,
+    },
 }
 
 /// The evidence of a `rechunked` warning.
@@ -642,10 +663,84 @@ pub struct Figures {
     /// … and all findings together (a request found by two checks counts twice).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub content_flags: Option<i64>,
+    /// A conversation cell's own figures: by turn, by history length, per session.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub conversation: Option<ConversationFigures>,
     /// Figures this cell cannot give, by name (`spec_acceptance_rate`, ...), with why:
     /// the report shows them as a dash and says why in its notes.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub unavailable: BTreeMap<String, String>,
+}
+
+/// A conversation cell's figures: how its turns fared by their place in the session and
+/// by the history they carried, what the prefix cache served of that history, and the
+/// sessions it completed.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ConversationFigures {
+    /// Sessions that sent a turn in the cell …
+    pub sessions_started: usize,
+    /// … and those that sent every turn and got every answer inside the window …
+    pub sessions_completed: usize,
+    /// … per second of the window.
+    pub sessions_per_s: Option<f64>,
+    /// Completed sessions whose every turn met the rule set's SLO on its own (its TTFT,
+    /// time between tokens and E2E latency), per second of the window, and how many;
+    /// null without an SLO.
+    pub session_goodput: Option<f64>,
+    pub sessions_good: Option<usize>,
+    /// Of the answered turns from the second on: prompt tokens the server said it served
+    /// from its prefix cache (at most each turn's history), over their history tokens
+    /// (what a cache that kept every session could serve); null when the server did not
+    /// say.
+    pub cache_hit_ratio: Option<f64>,
+    /// The server's own prefix-cache hit ratio over the window, from its counters (hits
+    /// over queried tokens; vLLM's `prefix_cache_hits` and `prefix_cache_queries`); null
+    /// where it has none.
+    pub server_cache_hit_ratio: Option<f64>,
+    /// The KV-cache usage gauge's highest value inside the window (0 to 1).
+    pub kv_usage_max: Option<f64>,
+    /// TTFT of the answered first turns, and of the answered later turns, ms.
+    pub ttft_first_turn_ms: Summary,
+    pub ttft_later_turns_ms: Summary,
+    /// By turn, from the first.
+    pub by_turn: Vec<TurnFigures>,
+    /// By the history a turn carried, in bands of doubling width.
+    pub by_history: Vec<HistoryFigures>,
+}
+
+/// The turns at one place in their sessions.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TurnFigures {
+    /// The turn's place, from 1.
+    pub turn: i32,
+    /// Turns sent at this place, and those answered.
+    pub sent: usize,
+    pub answered: usize,
+    /// Median prompt tokens (the server's count) and history tokens of the answered.
+    pub prompt_tokens: Option<f64>,
+    pub history_tokens: Option<f64>,
+    /// TTFT, ms.
+    pub ttft_ms: Summary,
+    /// Prompt tokens the server computed (not served from its cache) over TTFT.
+    pub prefill_tok_s: Summary,
+    /// Cached tokens the server reported (at most each turn's history), over the
+    /// turns' history tokens; null when it did not say or there was no history.
+    pub cache_hit_ratio: Option<f64>,
+}
+
+/// The turns whose history was in one band of tokens.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HistoryFigures {
+    /// History tokens from … up to, not including …
+    pub from: i64,
+    pub to: i64,
+    pub answered: usize,
+    pub ttft_ms: Summary,
+    pub prefill_tok_s: Summary,
+    pub cache_hit_ratio: Option<f64>,
 }
 
 /// One cell of the matrix, scored (or why not).

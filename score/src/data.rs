@@ -139,6 +139,8 @@ pub struct Loaded {
     pub gpu: BTreeMap<CellKey, Vec<tokentrace_schemas::tables::GpuRow>>,
     /// Per replay cell: its workload's `replay` rows (request id order).
     pub replay: BTreeMap<CellKey, Vec<tokentrace_schemas::tables::ReplayRow>>,
+    /// Per conversation cell: its `turns` rows (request id order).
+    pub turns: BTreeMap<CellKey, Vec<tokentrace_schemas::tables::TurnRow>>,
     /// Per decode cell: its token events in time order, (arrival ns, tokens); loaded
     /// only for the HTML page's drill-down traces (`read::cell` with `traces`).
     pub timelines: BTreeMap<CellKey, Vec<(i64, i64)>>,

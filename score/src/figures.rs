@@ -156,9 +156,17 @@ const BOTH: &[Phase] = &[
     Phase::Burst,
     Phase::Rate,
     Phase::Replay,
+    Phase::Conversation,
 ];
-/// Every phase whose cells stream many requests (decode, burst, rate, replay).
-const DECODE: &[Phase] = &[Phase::Decode, Phase::Burst, Phase::Rate, Phase::Replay];
+/// Every phase whose cells stream many requests (decode, burst, rate, replay,
+/// conversation).
+const DECODE: &[Phase] = &[
+    Phase::Decode,
+    Phase::Burst,
+    Phase::Rate,
+    Phase::Replay,
+    Phase::Conversation,
+];
 
 /// Closed-loop cells (decode): a request is sent when another ends.
 const CLOSED_LOOP: &[Phase] = &[Phase::Decode];

@@ -63,8 +63,18 @@ pub fn builtin(engine: &str) -> Option<Preset> {
 }
 
 impl Preset {
-    /// Every series name the preset uses.
+    /// The prefix-cache counters (prompt tokens looked up, tokens the cache held) of the
+    /// engine the preset is named after, where it counts them.
+    pub fn prefix_cache(&self) -> (Option<&'static str>, Option<&'static str>) {
+        Engine::from_name(&self.name).map_or((None, None), |e| {
+            let s = e.series();
+            (s.prefix_cache_queries, s.prefix_cache_hits)
+        })
+    }
+
+    /// Every series name the preset uses, and its engine's prefix-cache counters.
     pub fn series(&self) -> Vec<String> {
+        let (queries, hits) = self.prefix_cache();
         [
             &self.running,
             &self.waiting,
@@ -80,6 +90,7 @@ impl Preset {
         .into_iter()
         .flatten()
         .cloned()
+        .chain([queries, hits].into_iter().flatten().map(str::to_string))
         .collect()
     }
 }

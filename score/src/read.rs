@@ -10,7 +10,7 @@ use tokentrace_schemas::arrow_array::types::{Int32Type, Int64Type};
 use tokentrace_schemas::arrow_array::{Array, ArrayRef, Int32Array, Int64Array, StringArray};
 use tokentrace_schemas::layout::{CellKey, Phase, table_file};
 use tokentrace_schemas::reader::{open_columns, open_table, read_table};
-use tokentrace_schemas::tables::{Chunks, Events, Gpu, Metrics, Replay, Requests};
+use tokentrace_schemas::tables::{Chunks, Events, Gpu, Metrics, Replay, Requests, Turns};
 
 use crate::data::{EventInfo, Loaded, RequestInfo};
 use crate::fold::{self, ChunkFold, ChunkIn, MetricFold};
@@ -138,7 +138,8 @@ pub fn cell(
     }
     metrics.finish(out);
     gpu(dir, key, out)?;
-    replay(dir, key, out)
+    replay(dir, key, out)?;
+    turns(dir, key, out)
 }
 
 /// The cell's `gpu` rows in time order, when it has the table (cells recorded without
@@ -160,6 +161,17 @@ pub fn replay(dir: &Path, key: CellKey, out: &mut Loaded) -> tokentrace_schemas:
         let mut rows = read_table::<Replay>(&path)?;
         rows.sort_by_key(|r| r.request_id);
         out.replay.insert(key, rows);
+    }
+    Ok(())
+}
+
+/// A conversation cell's `turns` rows in request id order (a row per turn sent).
+pub fn turns(dir: &Path, key: CellKey, out: &mut Loaded) -> tokentrace_schemas::Result<()> {
+    let path = dir.join(table_file::<Turns>());
+    if key.phase == tokentrace_schemas::Phase::Conversation && path.exists() {
+        let mut rows = read_table::<Turns>(&path)?;
+        rows.sort_by_key(|r| r.request_id);
+        out.turns.insert(key, rows);
     }
     Ok(())
 }

@@ -11,7 +11,7 @@ use tokentrace_schemas::column::StrEnum;
 use crate::error::{Error, Result};
 
 /// The built-in rule sets: (name, version, TOML text).
-pub const BUILTIN: [(&str, &str, &str); 10] = [
+pub const BUILTIN: [(&str, &str, &str); 11] = [
     // Newest first: a name without a version is its newest.
     (
         "reference",
@@ -24,7 +24,12 @@ pub const BUILTIN: [(&str, &str, &str); 10] = [
         include_str!("../rules/reference-0.6.2.toml"),
     ),
     // Newest first: `default` without a version is the newest.
-    ("default", "1.7.0", include_str!("../rules/default.toml")),
+    ("default", "1.8.0", include_str!("../rules/default.toml")),
+    (
+        "default",
+        "1.7.0",
+        include_str!("../rules/default-1.7.0.toml"),
+    ),
     (
         "default",
         "1.6.0",
@@ -443,6 +448,27 @@ pub struct RuleSet {
     pub connections: ConnectionRules,
     #[serde(default, skip_serializing_if = "NetworkRules::is_default")]
     pub network: NetworkRules,
+    #[serde(default, skip_serializing_if = "ConversationRules::is_default")]
+    pub conversation: ConversationRules,
+}
+
+/// How conversation cells are judged beyond their figures (new in default 1.8.0;
+/// earlier sets warn of nothing here).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ConversationRules {
+    /// A cell whose turns from the second on got less than this share of their history
+    /// (the prompt and answers before, which a prefix cache that kept the session could
+    /// serve) from the server's prefix cache lost its conversations' prefixes between
+    /// turns: warning `prefix_evicted`, with the KV-cache usage as evidence. Null: no
+    /// check.
+    pub min_hit_ratio: Option<f64>,
+}
+
+impl ConversationRules {
+    fn is_default(&self) -> bool {
+        *self == ConversationRules::default()
+    }
 }
 
 /// What the network between the server and the recorder did to a stream (new in default

@@ -179,6 +179,7 @@ fn simulate(profile: &Profile, context: u32, n: u32, window: f64, cold: bool) ->
                 prompt,
                 max_tokens,
                 ignore_eos: true,
+                seed: None,
             },
             now,
         );

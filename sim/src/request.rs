@@ -27,6 +27,9 @@ pub struct EngineRequest {
     pub prompt: Vec<u32>,
     pub max_tokens: u32,
     pub ignore_eos: bool,
+    /// The request's own `seed` (OpenAI's and vLLM's body field): when set, its answer
+    /// depends on the profile, this seed and its prompt only, not on when it arrived.
+    pub seed: Option<u64>,
 }
 
 /// Tokens a request produced in one step, visible at the step's end.

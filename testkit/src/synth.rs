@@ -574,6 +574,7 @@ pub fn manifest(run_id: &str, cells: &[CellKey]) -> Manifest {
             burst: None,
             rate: None,
             replay: None,
+            conversation: None,
         },
         cells: cells
             .iter()

@@ -73,7 +73,7 @@ fn a_fleet_becomes_one_table() {
     );
     let said = String::from_utf8_lossy(&done.stdout).to_string();
     assert!(
-        said.ends_with("rows from 5 runs under rule set default@1.7.0\n"),
+        said.ends_with("rows from 5 runs under rule set default@1.8.0\n"),
         "{said}"
     );
 

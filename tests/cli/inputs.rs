@@ -19,7 +19,7 @@ fn record(out: &Path, args: &[&str]) -> Output {
 fn bad_command_lines_exit_2_before_anything_is_written() {
     let dir = tempfile::tempdir().expect("tempdir");
     let out = dir.path().join("run");
-    let cases: [(&[&str], &str); 16] = [
+    let cases: [(&[&str], &str); 23] = [
         (&["--duration", "0s"], "--duration 0s"),
         (&["--max-tokens", "0"], "--max-tokens 0"),
         (&["--stall-timeout", "0s"], "--stall-timeout 0s"),
@@ -30,7 +30,32 @@ fn bad_command_lines_exit_2_before_anything_is_written() {
         (&["--target", "http://"], "--target"),
         (
             &["--mode", "sweep"],
-            "expected matrix, burst, rate or replay",
+            "expected matrix, burst, rate, replay or conversation",
+        ),
+        (
+            &["--mode", "conversation"],
+            "--mode conversation needs --conversations",
+        ),
+        (
+            &["--mode", "matrix", "--conversations", "4"],
+            "--mode has no `conversation`",
+        ),
+        (
+            &["--conversations", "4", "--turns", "5..3"],
+            "the fewest turns",
+        ),
+        (&["--conversations", "4", "--turns", "0"], "above 0"),
+        (
+            &["--conversations", "4", "--message-tokens", "8"],
+            "at least 32",
+        ),
+        (
+            &["--conversations", "4", "--answer-tokens", "0"],
+            "--answer-tokens 0",
+        ),
+        (
+            &["--conversations", "4", "--think-time", "gamma"],
+            "fixed or exponential",
         ),
         (&["--mode", "rate"], "--mode rate needs --rates"),
         (&["--rates", "1,0"], "`0` is not a request rate"),

@@ -82,6 +82,7 @@ fn options(url: &str, out: &Path, endpoint: Endpoint) -> RecordOptions {
         rate: None,
         plan_only: false,
         replay: None,
+        conversation: None,
     }
 }
 

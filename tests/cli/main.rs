@@ -6,6 +6,9 @@
 //! - `catalog`: a small fleet (two engines) scored into one Parquet table, row for row
 //!   the runs' JSON scorings, with their facts; a bad run named, the others kept;
 //! - `check`: a sound run passes; damaged, incomplete and missing cells are named and fail;
+//! - `conversation`: conversation cells over both endpoints: each turn sends the whole
+//!   history with the server's answers after its think time, the `turns` table says so,
+//!   and the prefix cache serves the history;
 //! - `disk`: the disk fills, or the run folder turns read-only, after three cells (a
 //!   tmpfs in a private mount namespace): an error naming the file, exit 1, committed
 //!   cells unchanged, and `--resume` finishes once the disk is repaired;
@@ -55,6 +58,7 @@ mod answers;
 mod cache;
 mod catalog;
 mod check;
+mod conversation;
 mod disk;
 mod gpu;
 mod import;

@@ -61,6 +61,7 @@ pub fn options(target: &str, out: &Path) -> RecordOptions {
         rate: None,
         plan_only: false,
         replay: None,
+        conversation: None,
     }
 }
 

@@ -78,6 +78,7 @@ pub(crate) fn options(target: String, out: &std::path::Path) -> RecordOptions {
         rate: None,
         plan_only: false,
         replay: None,
+        conversation: None,
     }
 }
 
@@ -212,7 +213,9 @@ async fn figures_agree_with_the_simulators_ground_truth() {
                     truth,
                 );
             }
-            Phase::Burst | Phase::Rate | Phase::Replay => unreachable!("this run records no {key}"),
+            Phase::Burst | Phase::Rate | Phase::Replay | Phase::Conversation => {
+                unreachable!("this run records no {key}")
+            }
             Phase::Decode => {
                 let events = read_table::<Events>(&dir.join("events.parquet")).expect("events");
                 let at = |k: EventKind| events.iter().find(|e| e.kind == k).expect("event").time_ns;

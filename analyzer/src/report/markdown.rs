@@ -110,6 +110,16 @@ pub(super) fn markdown(s: &Scoring) -> String {
         table(&t, &mut o);
     }
 
+    if let Some(t) = conversation_table(s) {
+        let intro = conversation_intro(s).join("\n\n");
+        let _ = writeln!(o, "\n## Conversations\n\n{intro}\n");
+        table(&t, &mut o);
+        if let Some(turns) = turn_table(s) {
+            let _ = writeln!(o, "\n### By turn\n");
+            table(&turns, &mut o);
+        }
+    }
+
     let _ = writeln!(o, "\n## All measurements\n");
     let _ = writeln!(
         o,

@@ -19,7 +19,7 @@ fn built_in_sets_load_by_name_and_version() {
     // default 1.0.0 stays as it was: no cache checks.
     let old = RuleSet::builtin("default@1.0.0").expect("default 1.0.0");
     assert_eq!(old.cache, Default::default());
-    assert_eq!(RuleSet::builtin("default").expect("d").version, "1.7.0");
+    assert_eq!(RuleSet::builtin("default").expect("d").version, "1.8.0");
     // default 1.6.0 stays as it was: no network checks.
     let before_network = RuleSet::builtin("default@1.6.0").expect("default 1.6.0");
     assert_eq!(before_network.network, Default::default());
@@ -62,10 +62,11 @@ fn every_difference_of_the_default_set_is_documented() {
     let default = serde_json::to_value(RuleSet::builtin("default").expect("d")).expect("j");
     let mut differing = Vec::new();
     for (section, values) in default.as_object().expect("object") {
-        // The reference tool has no rate or replay cells, so no SLO and no replay lag;
-        // its CJK-leak watchdog is not a rule, and it judges no connections or network:
-        // default's [slo], [replay], [content], [connections] and [network] tables are
-        // additions (documented where they are set), not differences.
+        // The reference tool has no rate, replay or conversation cells, so no SLO, no
+        // replay lag and no prefix eviction; its CJK-leak watchdog is not a rule, and it
+        // judges no connections or network: default's [slo], [replay], [content],
+        // [connections], [network] and [conversation] tables are additions (documented
+        // where they are set), not differences.
         if [
             "name",
             "version",
@@ -75,6 +76,7 @@ fn every_difference_of_the_default_set_is_documented() {
             "content",
             "connections",
             "network",
+            "conversation",
         ]
         .contains(&section.as_str())
         {

@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use tokentrace_schemas::column::StrEnum;
 use tokentrace_schemas::manifest::PrefillMode;
+use tokentrace_schemas::manifest::Think;
 use tokentrace_schemas::schedule::Arrival;
 use tokentrace_schemas::tables::Endpoint;
 
@@ -122,7 +123,9 @@ pub fn parse_modes(s: &str) -> Result<Vec<Mode>, String> {
         .map(str::trim)
         .filter(|p| !p.is_empty())
         .map(|p| {
-            Mode::parse(p).ok_or_else(|| format!("`{p}`: expected matrix, burst, rate or replay"))
+            Mode::parse(p).ok_or_else(|| {
+                format!("`{p}`: expected matrix, burst, rate, replay or conversation")
+            })
         })
         .collect::<Result<Vec<_>, String>>()?;
     modes.sort_unstable();
@@ -142,4 +145,33 @@ pub fn parse_list(s: &str) -> Result<Vec<u32>, String> {
                 .ok_or_else(|| format!("`{p}` is not a positive integer"))
         })
         .collect()
+}
+
+/// Parses a session's turns: `5` (fixed) or `3..8` (drawn uniformly, both ends in).
+pub fn turns(s: &str) -> Result<(u32, u32), String> {
+    let positive = |p: &str| {
+        p.trim()
+            .parse::<u32>()
+            .ok()
+            .filter(|&v| v > 0)
+            .ok_or_else(|| {
+                format!("`{s}`: want a number of turns above 0, or MIN..MAX (e.g. 5, 3..8)")
+            })
+    };
+    let (lo, hi) = match s.split_once("..") {
+        Some((a, b)) => (positive(a)?, positive(b)?),
+        None => {
+            let n = positive(s)?;
+            (n, n)
+        }
+    };
+    if lo > hi {
+        return Err(format!("`{s}`: the fewest turns are more than the most"));
+    }
+    Ok((lo, hi))
+}
+
+/// Parses how think times are drawn: `fixed` or `exponential`.
+pub fn think(s: &str) -> Result<Think, String> {
+    Think::parse(s.trim()).ok_or_else(|| format!("`{s}`: expected fixed or exponential"))
 }

@@ -331,6 +331,7 @@ async fn probe_stream(
         stall_timeout,
         cancel,
         first_token: None,
+        keep_text: false,
     };
     let collect = async {
         let mut records = Vec::new();

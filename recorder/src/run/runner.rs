@@ -26,6 +26,10 @@ pub const REQUEST_ID_STRIDE: i64 = 1_000_000_000;
 pub const REPLAY_POOL_TOKENS: u32 = 1024;
 /// Prompt tokens of a replay cell's priming request (a prompt no other request shares).
 pub const REPLAY_PRIME_TOKENS: u32 = 64;
+/// Seeds of the conversation cells' filler: the message every turn rewords, and the
+/// shared system prompt (apart from every context's, which are seeded by their length).
+const TALK_MESSAGE_SEED: u64 = 0x000C_04E5_5A6E;
+const TALK_SYSTEM_SEED: u64 = 0x0005_7573_7E4D;
 
 /// Records the run; `progress` hears of every step.
 pub async fn record(
@@ -41,6 +45,7 @@ pub async fn record(
     let mut plans = Plans {
         prompts: BTreeMap::new(),
         replay_prompts: None,
+        talk: None,
         probe_records: Some(std::mem::take(&mut s.probe_records)),
     };
     // Contexts whose prefill scout the server refused as a wrong request: their decode
@@ -66,7 +71,8 @@ pub async fn record(
                 &mut s,
                 opts,
                 i,
-                "a replay cell needs its workload (--replay, as first given)",
+                "a replay cell needs its workload (--replay, as first given), a \
+                 conversation cell the run's conversation settings",
             )?;
             progress(Progress::CellEnd {
                 index: i,
@@ -89,6 +95,7 @@ pub async fn record(
             Phase::Burst => cell::record_burst(&s.ctx, &plan, &opts.out).await,
             Phase::Rate => cell::record_rate(&s.ctx, &plan, &opts.out).await,
             Phase::Replay => cell::record_replay(&s.ctx, &plan, &opts.out).await,
+            Phase::Conversation => cell::record_conversation(&s.ctx, &plan, &opts.out).await,
         };
         let entry = &mut s.manifest.cells[i];
         let prompt_miss = tokens.abs_diff(key.context);
@@ -242,6 +249,8 @@ fn fail(s: &mut Session, opts: &RecordOptions, i: usize, why: &str) -> Result<()
 struct Plans {
     prompts: BTreeMap<u32, (Value, u32)>,
     replay_prompts: Option<Arc<crate::send::replay::Prompts>>,
+    /// The conversation cells' message and system prompt (built with the first).
+    talk: Option<(String, Option<String>)>,
     probe_records: Option<Vec<Record>>,
 }
 
@@ -258,6 +267,11 @@ impl Plans {
         let (mut plan, tokens) = if key.phase == Phase::Replay {
             match self.replay_plan(s, opts, key).await? {
                 Some(plan) => (plan, key.context),
+                None => return Ok(None),
+            }
+        } else if key.phase == Phase::Conversation {
+            match self.conversation_plan(s, opts, key).await? {
+                Some(plan) => plan,
                 None => return Ok(None),
             }
         } else {
@@ -340,7 +354,92 @@ impl Plans {
             variants: None,
             preamble: Vec::new(),
             replay: Some(r),
+            conversation: None,
         }))
+    }
+
+    /// A conversation cell's plan: the message every turn rewords and the system prompt,
+    /// built with the first conversation cell; `None` without `config.conversation`.
+    async fn conversation_plan(
+        &mut self,
+        s: &Session,
+        opts: &RecordOptions,
+        key: CellKey,
+    ) -> Result<Option<(CellPlan, u32)>, RecordError> {
+        let m = &s.manifest;
+        let Some(config) = m.config.conversation.clone() else {
+            return Ok(None);
+        };
+        let text = async |n: u32, seed: u64| -> Result<(String, u32), RecordError> {
+            let shape = m.capabilities.tokenize.ok_or(RecordError::Prompt {
+                context: n,
+                source: PromptError::NoTokenizer,
+            })?;
+            let seed = prompt::Seed {
+                context: seed,
+                nonce: &s.nonce,
+            };
+            let p = prompt::fit_text(
+                &s.client,
+                &opts.target,
+                &m.model,
+                Endpoint::Completions,
+                shape,
+                n,
+                seed,
+            )
+            .await
+            .map_err(|source| RecordError::Prompt { context: n, source })?;
+            Ok((p.value.as_str().unwrap_or_default().to_string(), p.tokens))
+        };
+        let (message, system) = match &self.talk {
+            Some(t) => t.clone(),
+            None => {
+                let (message, got) = text(config.message_tokens, TALK_MESSAGE_SEED).await?;
+                if got != config.message_tokens {
+                    return Err(RecordError::Prompt {
+                        context: config.message_tokens,
+                        source: PromptError::Inexact {
+                            want: config.message_tokens,
+                            got,
+                        },
+                    });
+                }
+                let system = if config.system_tokens > 0 {
+                    Some(text(config.system_tokens, TALK_SYSTEM_SEED).await?.0)
+                } else {
+                    None
+                };
+                self.talk = Some((message.clone(), system.clone()));
+                (message, system)
+            }
+        };
+        let talk = Arc::new(cell::ConversationPlan {
+            config: config.clone(),
+            model: m.model.clone(),
+            endpoint: m.config.endpoint,
+            message,
+            system,
+        });
+        let none: bytes::Bytes = bytes::Bytes::new();
+        let plan = CellPlan {
+            key,
+            body: none.clone(),
+            scout_body: none.clone(),
+            prime_body: none,
+            solo_first_prime: false,
+            prompt_tokens: i32::try_from(config.message_tokens).unwrap_or(i32::MAX),
+            max_tokens: i32::try_from(config.answer_tokens).unwrap_or(i32::MAX),
+            window: Duration::from_nanos(u64::try_from(m.config.window_ns).unwrap_or(0)),
+            first_request_id: 0,
+            requests: 0,
+            rate: None,
+            variants: None,
+            preamble: Vec::new(),
+            replay: None,
+            conversation: Some(talk),
+        };
+        Ok(Some((plan, key.context)))
     }
 
     /// A matrix, burst or rate cell's plan, with its context's prompt (built once per
@@ -409,6 +508,7 @@ impl Plans {
             variants,
             preamble: Vec::new(),
             replay: None,
+            conversation: None,
         };
         Ok((plan, tokens))
     }

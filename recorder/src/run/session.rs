@@ -37,6 +37,8 @@ pub const DEFAULT_STALL_TIMEOUT: Duration = Duration::from_secs(600);
 pub const DEFAULT_WARMUP_TIMEOUT: Duration = Duration::from_secs(600);
 pub const DEFAULT_DRAIN_TIMEOUT: Duration = Duration::from_secs(300);
 pub const DEFAULT_PROMPT_TOLERANCE: u32 = 8;
+/// `max_tokens` of each conversation answer when `--answer-tokens` is not given.
+pub const DEFAULT_ANSWER_TOKENS: u32 = 128;
 /// Measured requests per burst cell when `--requests` is not given.
 pub const DEFAULT_BURST_REQUESTS: u32 = 100;
 
@@ -52,16 +54,19 @@ pub enum Mode {
     /// A workload from a file (`--replay`): a recorded run's cells or a production
     /// trace, one replay cell per source.
     Replay,
+    /// Multi-turn sessions (`--conversations`), one cell per number of live sessions.
+    Conversation,
 }
 
 impl Mode {
-    /// Parses `matrix`, `burst`, `rate` or `replay`.
+    /// Parses `matrix`, `burst`, `rate`, `replay` or `conversation`.
     pub fn parse(s: &str) -> Option<Mode> {
         match s.trim() {
             "matrix" => Some(Mode::Matrix),
             "burst" => Some(Mode::Burst),
             "rate" => Some(Mode::Rate),
             "replay" => Some(Mode::Replay),
+            "conversation" => Some(Mode::Conversation),
             _ => None,
         }
     }
@@ -124,6 +129,8 @@ pub struct RecordOptions {
     /// The workload to replay (`--replay`), read and checked before the run starts;
     /// needed with [`Mode::Replay`].
     pub replay: Option<ReplaySetup>,
+    /// The conversation cells' settings; needed with [`Mode::Conversation`].
+    pub conversation: Option<tokentrace_schemas::manifest::ConversationConfig>,
 }
 
 /// A replay's settings and its workload, read before any request.

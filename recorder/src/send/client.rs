@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use tokentrace_schemas::clock::RunClock;
-use tokentrace_schemas::tables::{EndReason, EventKind, EventRow, RequestRow};
+use tokentrace_schemas::tables::{ChunkRow, EndReason, EventKind, EventRow, RequestRow};
 use tokentrace_wire::{Assembler, End};
 use tokio::sync::{oneshot, watch};
 
@@ -32,6 +32,9 @@ pub struct RunCtl {
     pub cancel: watch::Receiver<bool>,
     /// Told the arrival time of the first token.
     pub first_token: Option<oneshot::Sender<i64>>,
+    /// Keep the answer's content text ([`Ran::text`]): a conversation's next turn
+    /// sends it back as history.
+    pub keep_text: bool,
 }
 
 /// A request the server turned away before streaming a token: an HTTP error status, or
@@ -75,6 +78,12 @@ pub struct Ran {
     /// Prompt tokens, and those served from the prefix cache, as the server said.
     pub prompt_tokens: Option<i32>,
     pub cached_tokens: Option<i32>,
+    /// Completion tokens as the server finally counted them.
+    pub completion_tokens: Option<i32>,
+    /// The answer's content text as streamed, when [`RunCtl::keep_text`] asked for it.
+    pub text: Option<String>,
+    /// How the request ended.
+    pub end_reason: EndReason,
     /// What the stream's text events carried (token ids, usage, reasoning).
     pub seen: tokentrace_wire::Seen,
 }
@@ -178,6 +187,7 @@ pub async fn run(
         stall_timeout,
         mut cancel,
         first_token,
+        keep_text,
     } = ctl;
     let cancel_fut = std::pin::pin!(cancelled(&mut cancel));
     let mut guard = Guard::new(cancel_fut, stall_timeout);
@@ -198,6 +208,7 @@ pub async fn run(
         clock,
         out,
         first_token,
+        text: keep_text.then(String::new),
     };
     let bytes = lane.transport.request_bytes(&spec.body);
     let mut retried = false;
@@ -279,6 +290,19 @@ struct Req<'a> {
     clock: &'a RunClock,
     out: &'a crate::store::queue::Sender,
     first_token: Option<oneshot::Sender<i64>>,
+    /// The answer's content so far, when kept.
+    text: Option<String>,
+}
+
+/// Appends the content of `chunks` to `text`, when it is kept.
+fn keep(text: &mut Option<String>, chunks: &[ChunkRow]) {
+    if let Some(t) = text {
+        for c in chunks {
+            if let Some(content) = &c.content {
+                t.push_str(content);
+            }
+        }
+    }
 }
 
 impl Req<'_> {
@@ -439,6 +463,7 @@ impl Req<'_> {
             &mut || clock.now_ns() - waited_ns,
             &mut chunks,
         );
+        keep(&mut self.text, &chunks);
         if let Some(t) = self.asm.first_token_ns()
             && let Some(tell) = self.first_token.take()
         {
@@ -456,13 +481,14 @@ impl Req<'_> {
         r.map_err(|e| e.to_string())
     }
 
-    async fn finish(self, end: End) -> Ran {
+    async fn finish(mut self, end: End) -> Ran {
         let mut chunks = Vec::new();
         let end_ns = self.clock.now_ns();
         let cancelled = matches!(end, End::Cancelled);
         let no_token = self.asm.first_token_ns().is_none();
         let seen = self.asm.seen();
         let row = self.asm.finish(end, end_ns, &mut chunks);
+        keep(&mut self.text, &chunks);
         let refused = (no_token
             && !cancelled
             && matches!(
@@ -494,6 +520,7 @@ impl Req<'_> {
                 .await;
         }
         let (prompt_tokens, cached_tokens) = (row.prompt_tokens_server, row.cached_tokens_server);
+        let (completion_tokens, end_reason) = (row.completion_tokens_server, row.end_reason);
         let _ = self.out.send(Record::Request(Box::new(row))).await;
         Ran {
             first_token: self.first_token,
@@ -501,6 +528,9 @@ impl Req<'_> {
             produced: !no_token,
             prompt_tokens,
             cached_tokens,
+            completion_tokens,
+            text: self.text,
+            end_reason,
             seen,
         }
     }

@@ -133,82 +133,108 @@ pub async fn build(
                 words = words * 2 + 8;
             }
         }
-        Endpoint::Chat => {
-            let fill = |words: usize| filler(words, seed.context, seed.nonce);
-            let tokens = async |text: &str| {
-                count(client, base, model, endpoint, text, shape)
-                    .await?
-                    .ok_or(PromptError::NoTokenizer)
-            };
-            // The template adds tokens around the message: search the word count.
-            let (mut lo, mut hi) = (0usize, want.max(8) * 2);
-            while tokens(&fill(hi)).await? < want {
-                hi *= 2;
+        Endpoint::Chat => fit_text(client, base, model, endpoint, shape, n, seed).await,
+    }
+}
+
+/// Filler text of exactly `n` tokens as the server counts it for `endpoint` (chat: as a
+/// single user message, its template included; completions: the text alone), or the
+/// closest the search found.
+pub async fn fit_text(
+    client: &reqwest::Client,
+    base: &str,
+    model: &str,
+    endpoint: Endpoint,
+    shape: TokenizeShape,
+    n: u32,
+    seed: Seed<'_>,
+) -> Result<Prompt, PromptError> {
+    let want = n as usize;
+    let fill = |words: usize| filler(words, seed.context, seed.nonce);
+    let tokens = async |text: &str| {
+        count(client, base, model, endpoint, text, shape)
+            .await?
+            .ok_or(PromptError::NoTokenizer)
+    };
+    // The template adds tokens around the message: search the word count.
+    let (mut lo, mut hi) = (0usize, want.max(8) * 2);
+    while tokens(&fill(hi)).await? < want {
+        hi *= 2;
+    }
+    // (miss, words, tokens) of the closest filler.
+    let mut best = (usize::MAX, 0usize, 0usize);
+    while lo <= hi {
+        let mid = (lo + hi) / 2;
+        let c = tokens(&fill(mid)).await?;
+        if c.abs_diff(want) < best.0 {
+            best = (c.abs_diff(want), mid, c);
+        }
+        match c.cmp(&want) {
+            std::cmp::Ordering::Equal => break,
+            std::cmp::Ordering::Less => lo = mid + 1,
+            std::cmp::Ordering::Greater => {
+                if mid == 0 {
+                    break;
+                }
+                hi = mid - 1;
             }
-            // (miss, words, tokens) of the closest filler.
-            let mut best = (usize::MAX, 0usize, 0usize);
-            while lo <= hi {
-                let mid = (lo + hi) / 2;
-                let c = tokens(&fill(mid)).await?;
-                if c.abs_diff(want) < best.0 {
-                    best = (c.abs_diff(want), mid, c);
-                }
-                match c.cmp(&want) {
-                    std::cmp::Ordering::Equal => break,
-                    std::cmp::Ordering::Less => lo = mid + 1,
-                    std::cmp::Ordering::Greater => {
-                        if mid == 0 {
-                            break;
-                        }
-                        hi = mid - 1;
-                    }
-                }
-            }
-            // Words come in whole tokens or more: from the longest filler not over
-            // `want`, one-token pieces of punctuation are appended until the count is
-            // exact.
-            let (mut text, mut got) = (fill(best.1), best.2);
-            'fit: for words in [best.1, best.1.saturating_sub(1), best.1.saturating_sub(2)] {
-                let mut t = fill(words);
-                let mut c = if words == best.1 {
-                    best.2
-                } else {
-                    tokens(&t).await?
-                };
-                for _ in 0..MAX_PADS {
-                    if c.abs_diff(want) < got.abs_diff(want) {
-                        (text, got) = (t.clone(), c);
-                    }
-                    if c >= want {
-                        break;
-                    }
-                    let mut grew = false;
-                    for unit in PADS {
-                        let longer = format!("{t}{unit}");
-                        let n = tokens(&longer).await?;
-                        if n > c && n <= want {
-                            (t, c, grew) = (longer, n, true);
-                            break;
-                        }
-                    }
-                    if !grew {
-                        break;
-                    }
-                }
-                if got == want {
-                    break 'fit;
-                }
-            }
-            // Close is fine within the run's tolerance; the caller checks it.
-            Ok(Prompt {
-                value: Value::String(text),
-                tokens: u32::try_from(got).map_err(|_| PromptError::Inexact {
-                    want: n,
-                    got: u32::MAX,
-                })?,
-            })
         }
     }
+    // Words come in whole tokens or more: from the longest filler not over
+    // `want`, one-token pieces of punctuation are appended until the count is
+    // exact.
+    let (mut text, mut got) = (fill(best.1), best.2);
+    'fit: for words in [best.1, best.1.saturating_sub(1), best.1.saturating_sub(2)] {
+        let mut t = fill(words);
+        let mut c = if words == best.1 {
+            best.2
+        } else {
+            tokens(&t).await?
+        };
+        for _ in 0..MAX_PADS {
+            if c.abs_diff(want) < got.abs_diff(want) {
+                (text, got) = (t.clone(), c);
+            }
+            if c >= want {
+                break;
+            }
+            let mut grew = false;
+            for unit in PADS {
+                let longer = format!("{t}{unit}");
+                let n = tokens(&longer).await?;
+                if n > c && n <= want {
+                    (t, c, grew) = (longer, n, true);
+                    break;
+                }
+            }
+            if !grew {
+                break;
+            }
+        }
+        if got == want {
+            break 'fit;
+        }
+    }
+    // Close is fine within the run's tolerance; the caller checks it.
+    Ok(Prompt {
+        value: Value::String(text),
+        tokens: u32::try_from(got).map_err(|_| PromptError::Inexact {
+            want: n,
+            got: u32::MAX,
+        })?,
+    })
+}
+
+/// `text` (a [`filler`], perhaps with more after it) with its first [`VARIED_WORDS`]
+/// distinct filler words reordered by `key`, as a chat variant is: the same words, so
+/// the same token count, and a start of its own; `None` when it has too few words.
+pub fn reworded(text: &str, key: u64) -> Option<String> {
+    let body = crate::send::request::stream_body("", Endpoint::Chat, &json!(text), 1);
+    let v = Variants::new(&body, Endpoint::Chat)?;
+    let varied: Value = serde_json::from_slice(&v.body(key)).ok()?;
+    varied["messages"][0]["content"]
+        .as_str()
+        .map(str::to_string)
 }
 
 /// Token ids a completions variant replaces, from the second on (the first may be a

@@ -30,9 +30,11 @@ use tokentrace_schemas::manifest::TokenCounting;
 
 mod closed;
 mod open;
+mod talk;
 mod writer;
 pub use closed::{record_decode, record_prefill};
 pub use open::{ReplayPlan, record_burst, record_rate, record_replay};
+pub use talk::{ConversationPlan, record_conversation};
 use writer::writer_loop;
 
 /// How long the writer thread sleeps when the queue is empty, unless a sender finds it
@@ -159,6 +161,8 @@ pub struct CellPlan {
     pub preamble: Vec<Record>,
     /// A replay cell's workload.
     pub replay: Option<Arc<ReplayPlan>>,
+    /// A conversation cell's sessions.
+    pub conversation: Option<Arc<ConversationPlan>>,
 }
 
 struct Cell {
@@ -261,6 +265,7 @@ impl Cell {
             stall_timeout: self.ctx.stall_timeout,
             cancel,
             first_token,
+            keep_text: self.plan.key.phase == Phase::Conversation,
         };
         client::run(lane, spec, ctl, &self.ctx.clock, &self.tx).await
     }

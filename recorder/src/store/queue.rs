@@ -31,6 +31,8 @@ pub enum Record {
     Event(EventRow),
     /// One request of a replay cell's workload (`replay` table).
     Replay(Box<tokentrace_schemas::tables::ReplayRow>),
+    /// One turn of a conversation cell (`turns` table).
+    Turn(tokentrace_schemas::tables::TurnRow),
     /// The cell ended normally: commit it. A writer whose channel closes without this
     /// (Ctrl-C, a crash) leaves the cell uncommitted, to be redone by `--resume`.
     Commit,
@@ -228,6 +230,7 @@ pub fn weight(r: &Record) -> usize {
         Record::Gpu(rows) => rows.len() * size_of::<GpuRow>(),
         Record::Event(e) => size_of::<EventRow>() + s(&e.detail),
         Record::Replay(r) => size_of::<tokentrace_schemas::tables::ReplayRow>() + s(&r.skipped),
+        Record::Turn(_) => size_of::<tokentrace_schemas::tables::TurnRow>(),
         Record::Commit => 0,
     }
 }

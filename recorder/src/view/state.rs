@@ -60,7 +60,7 @@ pub struct Counts {
 #[derive(Debug, Clone, Default)]
 pub struct State {
     pub header: Header,
-    /// The rules the hints follow (`default@1.7.0`).
+    /// The rules the hints follow (`default@1.8.0`).
     pub rules: String,
     pub rows: Vec<Row>,
     /// The cell under way, and when it started (time since the view began).

@@ -71,6 +71,7 @@ fn plan(key: CellKey, max_tokens: i32) -> CellPlan {
         requests: 0,
         rate: None,
         replay: None,
+        conversation: None,
     }
 }
 

@@ -96,6 +96,7 @@ async fn record_on(
         stall_timeout: stall,
         cancel: cancel_rx,
         first_token: None,
+        keep_text: false,
     };
     let collect = async {
         let mut chunks = Vec::new();
@@ -112,8 +113,14 @@ async fn record_on(
                 }
                 Record::Request(q) => request = Some(*q),
                 Record::Event(e) => notes.extend(e.detail),
-                Record::Metrics(_) | Record::Gpu(_) | Record::Replay(_) | Record::Commit => {
-                    panic!("a request sends no metrics, GPU samples, replay rows or commits")
+                Record::Metrics(_)
+                | Record::Gpu(_)
+                | Record::Replay(_)
+                | Record::Turn(_)
+                | Record::Commit => {
+                    panic!(
+                        "a request sends no metrics, GPU samples, replay or turn rows, or commits"
+                    )
                 }
             }
         }

@@ -73,6 +73,7 @@ fn format_md_matches_code() {
         (Events::NAME.to_string(), coded::<Events>()),
         (Gpu::NAME.to_string(), coded::<Gpu>()),
         (Replay::NAME.to_string(), coded::<Replay>()),
+        (Turns::NAME.to_string(), coded::<Turns>()),
     ]
     .into();
     assert_eq!(
@@ -137,7 +138,7 @@ fn format_md_lists_every_value() {
 fn the_doc_parser_sees_the_columns() {
     // Guards the test above against a parser that finds nothing and so passes vacuously.
     let doc = documented();
-    assert_eq!(doc.len(), 6);
+    assert_eq!(doc.len(), 7);
     assert!(
         doc["chunks"]
             .iter()

@@ -232,16 +232,19 @@ fn json_files_checked() {
     assert!(matches!(err, Error::Missing { .. }), "{err:?}");
     let path = run.join("manifest.json");
     let mut v = serde_json::to_value(synth::manifest("r", &[])).expect("json");
-    v["schema_version"] = 5.into();
+    v["schema_version"] = 6.into();
     std::fs::write(&path, v.to_string()).expect("write");
     let err = Manifest::read(run).expect_err("newer");
     assert!(
-        matches!(err, Error::NewerVersion { found: 5, .. }),
+        matches!(err, Error::NewerVersion { found: 6, .. }),
         "{err:?}"
     );
     assert_names(&err, &path);
-    // Version 4 (an imported run), 3 (a run with replay cells) and 2 (burst or rate
-    // cells) are read.
+    // Version 5 (a run with conversation cells), 4 (an imported run), 3 (a run with
+    // replay cells) and 2 (burst or rate cells) are read.
+    v["schema_version"] = 5.into();
+    std::fs::write(&path, v.to_string()).expect("write");
+    Manifest::read(run).expect("version 5 is read");
     v["schema_version"] = 4.into();
     std::fs::write(&path, v.to_string()).expect("write");
     Manifest::read(run).expect("version 4 is read");

@@ -634,7 +634,7 @@ fn goodput(v: &DecodeView, rules: &RuleSet, f: &mut Figures) {
 /// Whether one request met every limit of the SLO on its own: finished, its TTFT, time
 /// between tokens and E2E latency each within its limit (a limit it has no value for,
 /// such as the time between tokens of a one-token answer, does not count against it).
-fn meets_slo(s: &Stream, rules: &RuleSet) -> bool {
+pub(crate) fn meets_slo(s: &Stream, rules: &RuleSet) -> bool {
     let (r, a) = (s.info, &s.tokens);
     if !is_finished(r) {
         return false;

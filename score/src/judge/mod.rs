@@ -5,6 +5,7 @@
 mod capacity;
 pub mod content;
 mod measure;
+pub mod talk;
 mod verdicts;
 mod view;
 mod warnings;
@@ -87,6 +88,12 @@ pub fn score_cell(key: CellKey, loaded: &Loaded, rules: &RuleSet, preset: &Prese
         },
         Phase::Burst | Phase::Rate => match DecodeView::new(key, loaded, rules, preset) {
             Some(v) => score_open(&v, rules),
+            None => no_window(key),
+        },
+        Phase::Conversation => match DecodeView::new(key, loaded, rules, preset) {
+            Some(v) => {
+                score_conversation(&v, loaded.turns.get(&key).map_or(&[], Vec::as_slice), rules)
+            }
             None => no_window(key),
         },
         Phase::Replay => match DecodeView::new(key, loaded, rules, preset) {
@@ -286,6 +293,7 @@ pub fn run_info(m: &Manifest) -> RunInfo {
         burst_requests: m.config.burst.as_ref().map(|b| b.requests),
         rate: m.config.rate.clone(),
         replay: m.config.replay.clone(),
+        conversation: m.config.conversation.clone(),
         imported: m.imported.clone(),
     }
 }
@@ -380,25 +388,51 @@ fn score_decode(v: &DecodeView, rules: &RuleSet) -> CellScore {
     cell
 }
 
-/// A burst or rate cell: every measured request ran to completion inside the window, so
-/// failed streams and loops are judged, not queueing (a burst's tail runs fewer than N
-/// streams by design, and a rate cell's queueing is what it measures).
-fn score_open(v: &DecodeView, rules: &RuleSet) -> CellScore {
+/// A cell whose requests ran to completion, judged by the open cells' verdict rules
+/// (failed streams, loops, bad output) and warned of by `warn`; no verdict or figures
+/// yet.
+fn judged_open(v: &DecodeView, rules: &RuleSet, warn: &[warnings::DecodeWarning]) -> CellScore {
     let mut cell = new_cell(v.key, CellScoreState::Complete, None);
     for rule in verdicts::OPEN {
         let (kept, omitted) = capped(rule(v, rules));
         cell.evidence.extend(kept);
         cell.evidence_omitted += omitted;
     }
-    for rule in warnings::OPEN {
+    for rule in warn {
         cell.warnings.extend(capped(rule(v, rules)).0);
     }
+    cell
+}
+
+/// A burst or rate cell: every measured request ran to completion inside the window, so
+/// failed streams and loops are judged, not queueing (a burst's tail runs fewer than N
+/// streams by design, and a rate cell's queueing is what it measures).
+fn score_open(v: &DecodeView, rules: &RuleSet) -> CellScore {
+    let mut cell = judged_open(v, rules, &warnings::OPEN);
     let verdict = verdict(&cell.evidence);
     cell.verdict = Some(verdict);
     let mut figures = measure::open(v, rules);
     if v.key.phase == Phase::Rate {
         (figures.slo_met, figures.slo_misses) = measure::slo(v, rules, &figures, verdict);
     }
+    cell.figures = Some(figures);
+    cell
+}
+
+/// A conversation cell: judged as a burst cell (failed streams, loops), warned of as
+/// one but for warm prefixes (its turns are meant to hit the cache), and of a prefix
+/// cache that lost the sessions' history; with its figures by turn, by history and per
+/// session.
+fn score_conversation(
+    v: &DecodeView,
+    rows: &[tokentrace_schemas::tables::TurnRow],
+    rules: &RuleSet,
+) -> CellScore {
+    let mut cell = judged_open(v, rules, &warnings::CONVERSATION);
+    cell.warnings.extend(talk::prefix_evicted(v, rows, rules));
+    cell.verdict = Some(verdict(&cell.evidence));
+    let mut figures = measure::open(v, rules);
+    figures.conversation = Some(talk::figures(v, rows, rules));
     cell.figures = Some(figures);
     cell
 }
@@ -411,15 +445,7 @@ fn score_replay(
     rows: &[tokentrace_schemas::tables::ReplayRow],
     rules: &RuleSet,
 ) -> CellScore {
-    let mut cell = new_cell(v.key, CellScoreState::Complete, None);
-    for rule in verdicts::OPEN {
-        let (kept, omitted) = capped(rule(v, rules));
-        cell.evidence.extend(kept);
-        cell.evidence_omitted += omitted;
-    }
-    for rule in warnings::REPLAY {
-        cell.warnings.extend(capped(rule(v, rules)).0);
-    }
+    let mut cell = judged_open(v, rules, &warnings::REPLAY);
     let skipped: Vec<&tokentrace_schemas::tables::ReplayRow> =
         rows.iter().filter(|r| r.skipped.is_some()).collect();
     if let Some(first) = skipped.first() {

@@ -119,6 +119,11 @@ pub struct DecodeView<'a> {
     pub waiting: Gauge<'a>,
     /// The server's counter of generated tokens.
     pub generated: Gauge<'a>,
+    /// The server's KV-cache usage (a gauge, 0 to 1).
+    pub kv_usage: Gauge<'a>,
+    /// The server's prefix-cache counters: prompt tokens looked up, and those it held.
+    pub prefix_queries: Gauge<'a>,
+    pub prefix_hits: Gauge<'a>,
     pub spec: SpecSeries<'a>,
     /// The recorder's lag samples over the whole cell.
     pub client_lag: &'a [Sample],
@@ -169,6 +174,18 @@ impl<'a> DecodeView<'a> {
                 .unwrap_or_default(),
         };
         let repeats = repeats(&streams, loaded, rules);
+        let (queries, hits) = preset.prefix_cache();
+        let named = |name: Option<&'static str>| Gauge {
+            metric: name,
+            samples: name
+                .and_then(|n| samples.and_then(|s| s.get(n)))
+                .map(|v| {
+                    v.iter()
+                        .filter(|s| s.start_ns >= open && s.end_ns <= close)
+                        .collect()
+                })
+                .unwrap_or_default(),
+        };
         Some(DecodeView {
             key,
             open,
@@ -177,6 +194,9 @@ impl<'a> DecodeView<'a> {
             running: gauge(&preset.running),
             waiting: gauge(&preset.waiting),
             generated: gauge(&preset.generated_tokens),
+            kv_usage: gauge(&preset.kv_cache_usage),
+            prefix_queries: named(queries),
+            prefix_hits: named(hits),
             spec: SpecSeries {
                 drafts: gauge(&preset.spec_drafts),
                 draft_tokens: gauge(&preset.spec_draft_tokens),

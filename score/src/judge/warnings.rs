@@ -30,6 +30,18 @@ pub const OPEN: [DecodeWarning; 7] = [
     rechunked,
 ];
 
+/// Every conversation-cell warning rule but the cache's own (`talk::prefix_evicted`),
+/// in the order their warnings are listed: as burst and rate cells, but a conversation's
+/// warm prefixes are what it measures.
+pub const CONVERSATION: [DecodeWarning; 6] = [
+    suspected_loops,
+    client_lag,
+    drain_incomplete,
+    content,
+    connections,
+    rechunked,
+];
+
 /// Every replay-cell warning rule, in the order their warnings are listed: as burst and
 /// rate cells, but a replay's cache hits are the workload's own sharing (its figures
 /// compare them), and its schedule is the workload's.

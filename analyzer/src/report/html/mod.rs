@@ -7,6 +7,7 @@
 mod charts;
 mod compare;
 mod matrix;
+mod talk;
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -178,6 +179,7 @@ pub(super) fn html(s: &Scoring, traces: &BTreeMap<CellKey, CellTrace>) -> String
     burst_section(&mut o, s);
     rate_section(&mut o, s);
     replay_section(&mut o, s, traces);
+    talk::conversation_section(&mut o, s);
 
     let (headers, rows) = measurements(s);
     let _ = writeln!(
@@ -249,7 +251,7 @@ pub(super) fn html(s: &Scoring, traces: &BTreeMap<CellKey, CellTrace>) -> String
     o
 }
 
-fn table(o: &mut String, id: &str, t: &crate::report::model::Table) {
+pub(super) fn table(o: &mut String, id: &str, t: &crate::report::model::Table) {
     let _ = writeln!(o, "<table id=\"{id}\">\n<thead><tr>");
     for h in &t.headers {
         let _ = write!(o, "<th>{}</th>", escape(h));

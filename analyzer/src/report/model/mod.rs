@@ -9,12 +9,14 @@ mod matrix;
 mod notes;
 mod rate;
 mod tables;
+mod talk;
 
 pub(crate) use self::header::*;
 pub(crate) use self::matrix::*;
 pub(crate) use self::notes::*;
 pub(crate) use self::rate::*;
 pub(crate) use self::tables::*;
+pub(crate) use self::talk::*;
 
 // The sections' shared vocabulary: each section's file takes it with `use super::*`.
 use std::collections::{BTreeMap, BTreeSet};
@@ -100,6 +102,7 @@ pub(crate) fn phase_label(c: &CellScore) -> String {
         (Phase::Burst, _) => "Burst / E2E".to_string(),
         (Phase::Rate, r) => format!("Rate {} req/s", r.map_or_else(dash, |r| r.to_string())),
         (Phase::Replay, _) => format!("Replay {}", c.replay.unwrap_or(0)),
+        (Phase::Conversation, _) => format!("Conversations × {}", c.concurrency),
     }
 }
 

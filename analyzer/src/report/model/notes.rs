@@ -93,6 +93,11 @@ pub(super) fn cell_name(c: &CellScore) -> String {
             r.map_or_else(dash, |r| r.to_string())
         ),
         (Phase::Replay, _) => format!("Replay {}", c.replay.unwrap_or(0)),
+        (Phase::Conversation, _) => format!(
+            "Conversations {} × {} sessions",
+            context_label(c.context),
+            c.concurrency
+        ),
     }
 }
 
@@ -441,6 +446,27 @@ pub(crate) fn cell_notes(c: &CellScore) -> Vec<String> {
             Warning::ReplaySkipped { skipped, of, first } => format!(
                 "{skipped} of the workload's {of} requests were not sent (never cut to fit): {first}{}",
                 if *skipped > 1 { ", and others" } else { "" }
+            ),
+            Warning::PrefixEvicted {
+                hit_ratio,
+                min_hit_ratio,
+                turns,
+                mostly_missed,
+                kv_metric,
+                kv_usage_max,
+                kv_usage_mean,
+            } => format!(
+                "warning: prefix evicted: the turns after the first got {}% of their history from the prefix cache (least {}%); {mostly_missed} of {turns} got under half, so the server computed the sessions' history again. KV-cache usage {}",
+                fixed(hit_ratio * 100.0, 1),
+                g(min_hit_ratio * 100.0),
+                match (kv_metric, kv_usage_max, kv_usage_mean) {
+                    (Some(m), Some(max), Some(mean)) => format!(
+                        "(`{m}`) peaked at {}%, {}% on average inside the window",
+                        fixed(max * 100.0, 1),
+                        fixed(mean * 100.0, 1)
+                    ),
+                    _ => "is not exposed by this server".to_string(),
+                }
             ),
             Warning::Content(found) => format!("warning: {}", content_words(found)),
             Warning::Rechunked(e) => format!("warning: {}", rechunk_words(e, c.phase)),

@@ -75,6 +75,13 @@ fn cell_list(
             }
         }
     }
+    if let Some(c) = opts
+        .conversation
+        .as_ref()
+        .filter(|_| opts.modes.contains(&Mode::Conversation))
+    {
+        cells.extend(conversation_cells(c, limit, source));
+    }
     if let Some(w) = workload.filter(|_| opts.modes.contains(&Mode::Replay)) {
         for (key, c) in w.keys().into_iter().zip(&w.cells) {
             let all_skipped = c.items.iter().all(|i| i.skipped.is_some());
@@ -99,6 +106,47 @@ fn cell_list(
         }
     }
     cells
+}
+
+/// Tokens a chat template may add around each message (role markers), allowed for when
+/// a session's longest prompt is checked against the server's longest request.
+pub const TEMPLATE_TOKENS_PER_MESSAGE: u64 = 8;
+
+/// The conversation cells, one per number of live sessions: skipped when a session's
+/// last turn (system prompt, every message and answer, the template's tokens, and the
+/// last answer) could exceed the server's longest request.
+fn conversation_cells(
+    c: &tokentrace_schemas::manifest::ConversationConfig,
+    limit: Option<u32>,
+    source: Option<&str>,
+) -> Vec<CellEntry> {
+    let turns = u64::from(c.turns_max);
+    let messages = 2 * turns + u64::from(c.system_tokens > 0);
+    let longest = u64::from(c.system_tokens)
+        + turns * (u64::from(c.message_tokens) + u64::from(c.answer_tokens))
+        + messages * TEMPLATE_TOKENS_PER_MESSAGE;
+    let over = limit.filter(|&m| longest > u64::from(m));
+    c.sessions
+        .iter()
+        .map(|&n| {
+            let key = CellKey::conversation(c.message_tokens, n);
+            match over {
+                Some(m) => CellEntry {
+                    status: CellStatus::Skipped,
+                    reason: Some(format!(
+                        "a session's last turn may reach {longest} tokens ({} turns of {} + {}                          tokens, a {}-token system prompt, template tokens); the server's {} is {m}",
+                        c.turns_max,
+                        c.message_tokens,
+                        c.answer_tokens,
+                        c.system_tokens,
+                        source.unwrap_or("max_model_len"),
+                    )),
+                    ..CellEntry::planned(key)
+                },
+                None => CellEntry::planned(key),
+            }
+        })
+        .collect()
 }
 
 /// The engine's KV-cache budget from the probe's facts: tokens, and `fact source`.
@@ -210,6 +258,10 @@ pub(super) fn new_manifest(
                 .zip(opts.replay.as_ref())
                 .filter(|_| opts.modes.contains(&Mode::Replay))
                 .map(|(w, r)| w.config(&r.opts)),
+            conversation: opts
+                .conversation
+                .clone()
+                .filter(|_| opts.modes.contains(&Mode::Conversation)),
         },
         cells: cell_list(
             opts,

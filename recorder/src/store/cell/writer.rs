@@ -64,7 +64,7 @@ pub(super) fn writer_loop(
                 }
             }
             Record::Commit => commit = true,
-            Record::Metrics(_) | Record::Gpu(_) | Record::Replay(_) => {}
+            Record::Metrics(_) | Record::Gpu(_) | Record::Replay(_) | Record::Turn(_) => {}
         }
         for r in stash.hold(r, weight) {
             write_record(&mut w, r)?;
@@ -149,6 +149,7 @@ fn write_record(w: &mut CellWriter, r: Record) -> Result<(), CellError> {
         }
         Record::Event(e) => w.push_event(e)?,
         Record::Replay(r) => w.push_replay(*r)?,
+        Record::Turn(t) => w.push_turn(t)?,
         Record::Commit => {}
     }
     Ok(())
