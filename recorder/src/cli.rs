@@ -194,6 +194,10 @@ pub struct RecordArgs {
     /// agent case: a long common prefix); 0: none.
     #[arg(long, default_value_t = 0)]
     pub system_tokens: u32,
+    /// The agent case: each turn after the first sends a tool-result block of this many
+    /// tokens instead of a user message (chat: a `tool` message); 0: user messages only.
+    #[arg(long, default_value_t = 0)]
+    pub tool_tokens: u32,
     /// Mean think time between an answer and the session's next turn (0s: at once).
     #[arg(long, value_parser = duration, default_value = "1s")]
     pub think: Duration,
@@ -507,6 +511,12 @@ impl RecordArgs {
         if self.answer_tokens == 0 {
             return bad("--answer-tokens 0: each answer must ask for at least one token");
         }
+        if (1..MIN_MESSAGE_TOKENS).contains(&self.tool_tokens) {
+            return Err(UsageError(format!(
+                "--tool-tokens: 0, or at least {MIN_MESSAGE_TOKENS}, so that every tool \
+                 result is its own"
+            )));
+        }
         Ok(())
     }
 
@@ -522,6 +532,7 @@ impl RecordArgs {
                 answer_tokens: self.answer_tokens,
                 stop_at_eos: self.stop_at_eos,
                 system_tokens: self.system_tokens,
+                tool_tokens: self.tool_tokens,
                 think: self.think_time,
                 think_ns: i64::try_from(self.think.as_nanos()).unwrap_or(i64::MAX),
                 seed: self.seed,

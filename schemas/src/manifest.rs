@@ -265,6 +265,9 @@ pub struct ConversationConfig {
     /// Tokens of the system prompt every session starts with (0: none), shared by all
     /// sessions of the run.
     pub system_tokens: u32,
+    /// The agent case: tokens of the tool-result block each turn after the first sends
+    /// instead of a user message (chat: a `tool` message); 0: user messages only.
+    pub tool_tokens: u32,
     /// How think times are drawn, and their mean.
     pub think: Think,
     pub think_ns: i64,

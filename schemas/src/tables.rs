@@ -274,8 +274,8 @@ table!(
         turn: i32,
         /// Turns the session was drawn to run.
         turns: i32,
-        /// Tokens of the turn's new message as the server's tokenizer counts it alone
-        /// (no chat template).
+        /// Tokens of the turn's new message (or tool-result block) as the server's
+        /// tokenizer counts it alone (no chat template).
         message_tokens: i32,
         /// Leading prompt tokens the turn repeats from before: on turn 1 the shared
         /// system prompt's; then the previous turn's `prompt_tokens_server` plus its

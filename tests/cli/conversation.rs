@@ -29,6 +29,7 @@ fn config(sessions: Vec<u32>) -> ConversationConfig {
         answer_tokens: 24,
         stop_at_eos: false,
         system_tokens: 40,
+        tool_tokens: 0,
         think: Think::Fixed,
         think_ns: i64::try_from(THINK.as_nanos()).expect("ns"),
         seed: 11,
@@ -86,11 +87,19 @@ fn check_cell(dir: &Path, sessions: u32, c: &ConversationConfig) -> usize {
     );
     for ((session, turn), (t, r)) in &all {
         assert_eq!(t.turns, 3);
-        assert_eq!(t.message_tokens, 48);
+        let message = if *turn > 1 && c.tool_tokens > 0 {
+            c.tool_tokens
+        } else {
+            c.message_tokens
+        };
+        assert_eq!(t.message_tokens, message as i32);
         assert_eq!(r.max_tokens, Some(24));
         if *turn == 1 {
             assert_eq!(t.think_ns, None);
-            assert_eq!(t.history_tokens, 40, "turn 1 repeats the system prompt");
+            assert_eq!(
+                t.history_tokens, c.system_tokens as i32,
+                "turn 1 repeats the system prompt"
+            );
             continue;
         }
         let (before, prev) = all.get(&(*session, turn - 1)).unwrap_or_else(|| {
@@ -120,7 +129,7 @@ fn check_cell(dir: &Path, sessions: u32, c: &ConversationConfig) -> usize {
         followed += 1;
         let prompt = r.prompt_tokens_server.expect("usage");
         assert!(
-            prompt >= t.history_tokens + c.message_tokens as i32,
+            prompt >= t.history_tokens + t.message_tokens,
             "the prompt ({prompt}) holds the history ({}) and the new message",
             t.history_tokens
         );
@@ -243,6 +252,39 @@ fn warning_kinds(cell: &serde_json::Value) -> Vec<String> {
                 .collect()
         })
         .unwrap_or_default()
+}
+
+/// The agent case: a long shared system prompt, then tool results instead of user
+/// messages after the first turn (chat `tool` messages); the cache keeps serving the
+/// history.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn agent_sessions_send_tool_results_after_the_first_turn() {
+    let run_dir = tempfile::tempdir().expect("tempdir");
+    let out = run_dir.path().join("run");
+    let addr: SocketAddr = "127.0.0.1:0".parse().expect("addr");
+    let sim = SimServer::start(Profile::load("tiny").expect("tiny"), addr)
+        .await
+        .expect("sim");
+    let mut c = config(vec![2]);
+    c.system_tokens = 200;
+    c.tool_tokens = 64;
+    record(&sim, &out, Endpoint::Chat, c.clone()).await;
+    let cells = list_cells(&out).expect("cells");
+    let [(key, dir)] = &cells[..] else {
+        panic!("one cell: {cells:?}")
+    };
+    let followed = check_cell(dir, key.concurrency, &c);
+    assert!(followed >= 2, "{key}: only {followed} tool turns answered");
+    let json = report_json(&out);
+    let talk = &cells_of(&json)[0]["figures"]["conversation"];
+    let first = &talk["by_turn"][0];
+    assert!(
+        first["cache_hit_ratio"]
+            .as_f64()
+            .expect("turn 1 repeats the system prompt")
+            > 0.5,
+        "the shared system prompt is served from cache to later sessions: {first}"
+    );
 }
 
 /// A server whose KV cache holds a few conversations: the sweep over live sessions

@@ -51,8 +51,9 @@
 //!   what a new run touches, `--public` drops hosts, IPs and paths, `--rules` is said;
 //! - `sim`: the simulator subcommand starts, says where it listens, serves, and refuses bad profiles;
 //! - `version`: `--version` names the commit and features; the manifest keeps the same;
-//! - `vllm`: real vLLM (CPU build) recorded over both endpoints, burst, rate and replay;
-//!   prompt lengths, cold scouts, drained cells, cached_tokens and queueing by its own word.
+//! - `vllm`: real vLLM (CPU build) recorded over both endpoints, burst, rate, replay and
+//!   conversations; prompt lengths, cold scouts, drained cells, cached_tokens, queueing
+//!   and a small KV cache's evicted conversations by its own word.
 
 mod answers;
 mod cache;

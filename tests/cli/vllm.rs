@@ -2,8 +2,10 @@
 //! both endpoints (contexts 256 and 1K × 1, 2, 4 streams, prefill scouts), one burst and
 //! one rate cell, a context over `max_model_len`; then a second server
 //! (`--max-num-seqs 2 --enable-prompt-tokens-details`) replays a Mooncake trace whose
-//! prefixes are shared at several depths and is driven into its queue. The two servers
-//! run one after the other (about 5 GiB each). Needs vLLM installed by
+//! prefixes are shared at several depths, is driven into its queue, and keeps two
+//! conversations' history in its prefix cache; a third (a KV cache of 8 usable blocks)
+//! loses four conversations' history, and the cell is warned of it. The servers run
+//! one after the other (about 5 GiB each). Needs vLLM installed by
 //! fixtures/vllm/install.sh, which prints the variables this test reads: so it is
 //! `#[ignore]`d with that reason, and run by `cargo test -- --include-ignored` (CI).
 
@@ -18,7 +20,7 @@ use tokentrace_recorder::run::runner;
 use tokentrace_recorder::run::session::{self, RecordOptions};
 use tokentrace_schemas::Phase;
 use tokentrace_schemas::layout::list_cells;
-use tokentrace_schemas::manifest::Manifest;
+use tokentrace_schemas::manifest::{ConversationConfig, Manifest, Think};
 use tokentrace_schemas::protocol::Drain;
 use tokentrace_schemas::reader::read_table;
 use tokentrace_schemas::tables::{
@@ -274,19 +276,73 @@ async fn real_vllm_is_recorded_and_analyzed() {
         over_the_limit(&server, tmp).await;
         block
     };
+    {
+        let server = start_server(
+            &python,
+            &model,
+            &[
+                "--max-num-seqs",
+                "2",
+                "--",
+                "--enable-prompt-tokens-details",
+            ],
+        )
+        .await;
+        replay_shared_prefixes(&server, tmp, block_size).await;
+        queued_at_four_not_at_one(&server, tmp).await;
+        conversations_keep_their_history(&server, tmp, block_size).await;
+    }
     let server = start_server(
         &python,
         &model,
         &[
-            "--max-num-seqs",
-            "2",
+            "--max-model-len",
+            "1024",
             "--",
             "--enable-prompt-tokens-details",
+            "--num-gpu-blocks-override",
+            "9",
         ],
     )
     .await;
-    replay_shared_prefixes(&server, tmp, block_size).await;
-    queued_at_four_not_at_one(&server, tmp).await;
+    conversations_evicted(&server, tmp).await;
+}
+
+/// Three turns of a 128-token message and a 32-token answer, one after another (no
+/// think time), chat: `sessions` live.
+fn conversation(sessions: Vec<u32>) -> ConversationConfig {
+    ConversationConfig {
+        sessions,
+        turns_min: 3,
+        turns_max: 3,
+        message_tokens: 128,
+        answer_tokens: 32,
+        stop_at_eos: false,
+        system_tokens: 0,
+        tool_tokens: 0,
+        think: Think::Fixed,
+        think_ns: 0,
+        seed: 3,
+    }
+}
+
+/// Records conversation cells only into `out` (chat, a 20 s window).
+async fn record_conversations(server: &Server, out: &Path, c: ConversationConfig) -> Manifest {
+    let mut opts = options(&server.url, out, Endpoint::Chat);
+    opts.modes = vec![session::Mode::Conversation];
+    opts.window = Duration::from_secs(20);
+    opts.conversation = Some(c);
+    let m = runner::record(&opts, |_| {})
+        .await
+        .expect("conversation run");
+    assert!(
+        m.cells
+            .iter()
+            .all(|c| c.status == tokentrace_schemas::manifest::CellStatus::Complete),
+        "{:?}",
+        m.cells
+    );
+    m
 }
 
 /// Both endpoints, contexts 256 and 1K × 1, 2, 4: the engine and its version, exact
@@ -521,4 +577,117 @@ async fn queued_at_four_not_at_one(server: &Server, tmp: &Path) {
     }
     let md = report::render(&s, report::Format::Markdown);
     assert!(md.contains("Requests queued"), "{md}");
+}
+
+/// Conversations on real vLLM (`--enable-prompt-tokens-details`): every turn from the
+/// second on is served its history's whole blocks from the prefix cache (at least the
+/// previous prompt's), and the analyzer sees the cache keep the sessions.
+async fn conversations_keep_their_history(server: &Server, tmp: &Path, block: u32) {
+    let block = i32::try_from(block).expect("block");
+    let out = tmp.join("conversations");
+    let c = conversation(vec![2]);
+    let m = record_conversations(server, &out, c).await;
+    let cells = list_cells(&out).expect("cells");
+    let [(key, dir)] = &cells[..] else {
+        panic!("one conversation cell: {cells:?} ({:?})", m.cells)
+    };
+    let turns =
+        read_table::<tokentrace_schemas::tables::Turns>(&dir.join("turns.parquet")).expect("turns");
+    let requests: BTreeMap<i64, tokentrace_schemas::tables::RequestRow> =
+        read_table::<Requests>(&dir.join("requests.parquet"))
+            .expect("requests")
+            .into_iter()
+            .map(|r| (r.request_id, r))
+            .collect();
+    let by_turn: BTreeMap<(i64, i32), &tokentrace_schemas::tables::TurnRow> =
+        turns.iter().map(|t| ((t.session, t.turn), t)).collect();
+    let mut checked = 0;
+    for t in &turns {
+        let r = &requests[&t.request_id];
+        if t.turn == 1 || r.end_reason != EndReason::FinishedLength {
+            continue;
+        }
+        let before = &requests[&by_turn[&(t.session, t.turn - 1)].request_id];
+        let prev_prompt = before.prompt_tokens_server.expect("usage");
+        let cached = r
+            .cached_tokens_server
+            .expect("vLLM reports cached_tokens with --enable-prompt-tokens-details");
+        eprintln!(
+            "{key}: session {} turn {}: {} prompt tokens, history {}, {cached} cached",
+            t.session,
+            t.turn,
+            r.prompt_tokens_server.unwrap_or(0),
+            t.history_tokens
+        );
+        assert!(
+            cached >= prev_prompt / block * block,
+            "{key}: session {} turn {}: {cached} cached, the previous prompt alone has {} whole blocks",
+            t.session,
+            t.turn,
+            prev_prompt / block
+        );
+        assert!(
+            cached <= t.history_tokens,
+            "{key}: more cached than the history"
+        );
+        checked += 1;
+    }
+    assert!(checked >= 2, "{key}: only {checked} later turns answered");
+    let s = score_dir(&out, &RuleSet::builtin("default").expect("rules")).expect("scored");
+    let cell = s
+        .cells
+        .iter()
+        .find(|c| c.phase == Phase::Conversation)
+        .expect("cell");
+    let talk = cell
+        .figures
+        .as_ref()
+        .and_then(|f| f.conversation.as_ref())
+        .expect("figures");
+    let hit = talk.cache_hit_ratio.expect("hit ratio");
+    assert!(hit >= 0.5, "{key}: {hit}");
+    assert!(talk.server_cache_hit_ratio.is_some(), "vLLM's own counters");
+    assert!(
+        !cell.warnings.iter().any(|w| w.kind() == "prefix_evicted"),
+        "{:?}",
+        cell.warnings
+    );
+}
+
+/// A KV cache of nine 128-token blocks (`--num-gpu-blocks-override 9`: vLLM keeps one
+/// as its null block, and refuses 8 for a 1,024-token model length) under four live
+/// conversations: later turns lose their history, and the cell is warned of
+/// `prefix_evicted` with vLLM's KV-cache usage.
+async fn conversations_evicted(server: &Server, tmp: &Path) {
+    let out = tmp.join("conversations-small-kv");
+    let m = record_conversations(server, &out, conversation(vec![4])).await;
+    let s = score_dir(&out, &RuleSet::builtin("default").expect("rules")).expect("scored");
+    let cell = s
+        .cells
+        .iter()
+        .find(|c| c.phase == Phase::Conversation)
+        .unwrap_or_else(|| panic!("{:?}", m.cells));
+    let talk = cell
+        .figures
+        .as_ref()
+        .and_then(|f| f.conversation.as_ref())
+        .expect("figures");
+    eprintln!(
+        "small KV cache: hit ratio {:?}, server {:?}, KV peak {:?}, by turn {:?}",
+        talk.cache_hit_ratio,
+        talk.server_cache_hit_ratio,
+        talk.kv_usage_max,
+        talk.by_turn
+            .iter()
+            .map(|t| (t.turn, t.answered, t.cache_hit_ratio))
+            .collect::<Vec<_>>()
+    );
+    let warned = cell
+        .warnings
+        .iter()
+        .find(|w| w.kind() == "prefix_evicted")
+        .unwrap_or_else(|| panic!("no prefix_evicted warning: {:?}", cell.warnings));
+    let md = report::render(&s, report::Format::Markdown);
+    assert!(md.contains("prefix evicted"), "{md}");
+    let _ = warned;
 }

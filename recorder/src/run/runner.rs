@@ -26,10 +26,20 @@ pub const REQUEST_ID_STRIDE: i64 = 1_000_000_000;
 pub const REPLAY_POOL_TOKENS: u32 = 1024;
 /// Prompt tokens of a replay cell's priming request (a prompt no other request shares).
 pub const REPLAY_PRIME_TOKENS: u32 = 64;
+/// The conversation cells' texts, built with the first: the message, the system prompt
+/// and the tool-result block.
+#[derive(Debug, Clone)]
+struct TalkTexts {
+    message: String,
+    system: Option<String>,
+    tool: Option<String>,
+}
+
 /// Seeds of the conversation cells' filler: the message every turn rewords, and the
 /// shared system prompt (apart from every context's, which are seeded by their length).
 const TALK_MESSAGE_SEED: u64 = 0x000C_04E5_5A6E;
 const TALK_SYSTEM_SEED: u64 = 0x0005_7573_7E4D;
+const TALK_TOOL_SEED: u64 = 0x0007_0014_7E5A;
 
 /// Records the run; `progress` hears of every step.
 pub async fn record(
@@ -250,7 +260,7 @@ struct Plans {
     prompts: BTreeMap<u32, (Value, u32)>,
     replay_prompts: Option<Arc<crate::send::replay::Prompts>>,
     /// The conversation cells' message and system prompt (built with the first).
-    talk: Option<(String, Option<String>)>,
+    talk: Option<TalkTexts>,
     probe_records: Option<Vec<Record>>,
 }
 
@@ -392,34 +402,44 @@ impl Plans {
             .map_err(|source| RecordError::Prompt { context: n, source })?;
             Ok((p.value.as_str().unwrap_or_default().to_string(), p.tokens))
         };
-        let (message, system) = match &self.talk {
+        let texts = match &self.talk {
             Some(t) => t.clone(),
             None => {
-                let (message, got) = text(config.message_tokens, TALK_MESSAGE_SEED).await?;
-                if got != config.message_tokens {
-                    return Err(RecordError::Prompt {
-                        context: config.message_tokens,
-                        source: PromptError::Inexact {
-                            want: config.message_tokens,
-                            got,
-                        },
-                    });
-                }
-                let system = if config.system_tokens > 0 {
-                    Some(text(config.system_tokens, TALK_SYSTEM_SEED).await?.0)
-                } else {
-                    None
+                let exact = async |n: u32, seed: u64| -> Result<Option<String>, RecordError> {
+                    if n == 0 {
+                        return Ok(None);
+                    }
+                    let (t, got) = text(n, seed).await?;
+                    if got != n {
+                        return Err(RecordError::Prompt {
+                            context: n,
+                            source: PromptError::Inexact { want: n, got },
+                        });
+                    }
+                    Ok(Some(t))
                 };
-                self.talk = Some((message.clone(), system.clone()));
-                (message, system)
+                let t = TalkTexts {
+                    message: exact(config.message_tokens, TALK_MESSAGE_SEED)
+                        .await?
+                        .unwrap_or_default(),
+                    system: if config.system_tokens > 0 {
+                        Some(text(config.system_tokens, TALK_SYSTEM_SEED).await?.0)
+                    } else {
+                        None
+                    },
+                    tool: exact(config.tool_tokens, TALK_TOOL_SEED).await?,
+                };
+                self.talk = Some(t.clone());
+                t
             }
         };
         let talk = Arc::new(cell::ConversationPlan {
             config: config.clone(),
             model: m.model.clone(),
             endpoint: m.config.endpoint,
-            message,
-            system,
+            message: texts.message,
+            system: texts.system,
+            tool: texts.tool,
         });
         let none: bytes::Bytes = bytes::Bytes::new();
         let plan = CellPlan {

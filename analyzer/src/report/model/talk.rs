@@ -52,14 +52,25 @@ pub(crate) fn conversation_intro(s: &Scoring) -> Vec<String> {
             thousands(i64::from(c.answer_tokens)),
             if c.stop_at_eos { " at most" } else { "" },
             fixed(c.think_ns as f64 / 1e9, 2),
-            if c.system_tokens > 0 {
-                format!(
-                    "a shared system prompt of {} tokens",
-                    thousands(i64::from(c.system_tokens))
-                )
-            } else {
-                "no system prompt".to_string()
-            },
+            [
+                if c.system_tokens > 0 {
+                    format!(
+                        "a shared system prompt of {} tokens",
+                        thousands(i64::from(c.system_tokens))
+                    )
+                } else {
+                    "no system prompt".to_string()
+                },
+                if c.tool_tokens > 0 {
+                    format!(
+                        " · every turn after the first a tool result of {} tokens instead of a message",
+                        thousands(i64::from(c.tool_tokens))
+                    )
+                } else {
+                    String::new()
+                }
+            ]
+            .concat(),
         ),
         "Cache hit is what the server said it served from its prefix cache (`cached_tokens`) of the history each turn repeated, over the turns after the first; Server hit is its own counters' ratio over the window (all prompt tokens). TTFT in ms and prefill tok/s (prompt tokens computed, not cached, over TTFT) as p50 / p90.".to_string(),
     ]

@@ -123,7 +123,7 @@ fn conversation_cells(
     let turns = u64::from(c.turns_max);
     let messages = 2 * turns + u64::from(c.system_tokens > 0);
     let longest = u64::from(c.system_tokens)
-        + turns * (u64::from(c.message_tokens) + u64::from(c.answer_tokens))
+        + turns * (u64::from(c.message_tokens.max(c.tool_tokens)) + u64::from(c.answer_tokens))
         + messages * TEMPLATE_TOKENS_PER_MESSAGE;
     let over = limit.filter(|&m| longest > u64::from(m));
     c.sessions

@@ -22,6 +22,9 @@ pub struct ConversationPlan {
     pub message: String,
     /// The system prompt every session starts with; `None` without one.
     pub system: Option<String>,
+    /// The tool-result block every turn after the first sends instead of a message,
+    /// `config.tool_tokens` tokens, reworded as the message is; `None`: messages only.
+    pub tool: Option<String>,
 }
 
 /// Who said a piece of the history.
@@ -30,6 +33,7 @@ enum Speaker {
     System,
     User,
     Assistant,
+    Tool,
 }
 
 impl Speaker {
@@ -38,6 +42,7 @@ impl Speaker {
             Speaker::System => "system",
             Speaker::User => "user",
             Speaker::Assistant => "assistant",
+            Speaker::Tool => "tool",
         }
     }
 }
@@ -92,10 +97,16 @@ impl ConversationPlan {
         mix(self.config.seed ^ mix(session.unsigned_abs() << 16 | u64::from(turn))) >> 33
     }
 
-    /// The new message of turn `turn` of `session`.
-    fn message(&self, session: i64, turn: u32) -> String {
+    /// The new message of turn `turn` of `session` (a tool result after the first turn,
+    /// when the cell has one), who sends it, and its tokens.
+    fn message(&self, session: i64, turn: u32) -> (Speaker, String, u32) {
         let key = session.unsigned_abs() << 16 | u64::from(turn);
-        crate::send::prompt::reworded(&self.message, key).unwrap_or_else(|| self.message.clone())
+        let (who, text, tokens) = match &self.tool {
+            Some(tool) if turn > 1 => (Speaker::Tool, tool, self.config.tool_tokens),
+            _ => (Speaker::User, &self.message, self.config.message_tokens),
+        };
+        let text = crate::send::prompt::reworded(text, key).unwrap_or_else(|| text.clone());
+        (who, text, tokens)
     }
 
     /// The request body of a turn whose history (new message included) is `history`.
@@ -212,13 +223,14 @@ impl Talker {
                 }
                 None => None,
             };
-            history.push((Speaker::User, talk.message(session, turn)));
+            let (who, text, tokens) = talk.message(session, turn);
+            history.push((who, text));
             let row = TurnRow {
                 request_id: 0,
                 session,
                 turn: i32::try_from(turn).unwrap_or(i32::MAX),
                 turns: i32::try_from(turns).unwrap_or(i32::MAX),
-                message_tokens: i32::try_from(talk.config.message_tokens).unwrap_or(i32::MAX),
+                message_tokens: i32::try_from(tokens).unwrap_or(i32::MAX),
                 history_tokens,
                 think_ns,
             };
