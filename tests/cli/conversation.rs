@@ -146,13 +146,18 @@ fn check_cell(dir: &Path, sessions: u32, c: &ConversationConfig) -> usize {
     followed
 }
 
-async fn conversations_over(endpoint: Endpoint) {
-    let run_dir = tempfile::tempdir().expect("tempdir");
-    let out = run_dir.path().join("run");
+/// A work folder and the `tiny` simulator on loopback.
+async fn tiny() -> (tempfile::TempDir, SimServer) {
     let addr: SocketAddr = "127.0.0.1:0".parse().expect("addr");
     let sim = SimServer::start(Profile::load("tiny").expect("tiny"), addr)
         .await
         .expect("sim");
+    (tempfile::tempdir().expect("tempdir"), sim)
+}
+
+async fn conversations_over(endpoint: Endpoint) {
+    let (run_dir, sim) = tiny().await;
+    let out = run_dir.path().join("run");
     let c = config(vec![1, 3]);
     record(&sim, &out, endpoint, c.clone()).await;
     let cells = list_cells(&out).expect("cells");
@@ -259,12 +264,8 @@ fn warning_kinds(cell: &serde_json::Value) -> Vec<String> {
 /// history.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn agent_sessions_send_tool_results_after_the_first_turn() {
-    let run_dir = tempfile::tempdir().expect("tempdir");
+    let (run_dir, sim) = tiny().await;
     let out = run_dir.path().join("run");
-    let addr: SocketAddr = "127.0.0.1:0".parse().expect("addr");
-    let sim = SimServer::start(Profile::load("tiny").expect("tiny"), addr)
-        .await
-        .expect("sim");
     let mut c = config(vec![2]);
     c.system_tokens = 200;
     c.tool_tokens = 64;
