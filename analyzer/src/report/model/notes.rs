@@ -461,7 +461,7 @@ pub(crate) fn cell_notes(c: &CellScore) -> Vec<String> {
                 g(min_hit_ratio * 100.0),
                 match (kv_metric, kv_usage_max, kv_usage_mean) {
                     (Some(m), Some(max), Some(mean)) => format!(
-                        "(`{m}`) peaked at {}%, {}% on average inside the window",
+                        "(`{m}`: the blocks running requests hold) peaked at {}%, {}% on average inside the window",
                         fixed(max * 100.0, 1),
                         fixed(mean * 100.0, 1)
                     ),
