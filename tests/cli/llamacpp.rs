@@ -1,7 +1,8 @@
 //! A real engine in the loop: llama.cpp's server (xllamacpp CPU wheel, SmolLM2-135M)
 //! recorded over both endpoints, then analyzed; a second run against the warm server
 //! prefills cold again, a 20-request trace is replayed at exact prompt lengths on its
-//! schedule, and a context above one slot's share is skipped. Needs
+//! schedule, and a context above one slot's share is skipped; two conversations keep
+//! their history in the server's slots (its usage reports `cached_tokens`). Needs
 //! llama.cpp installed by fixtures/llamacpp/install.sh, which prints the two variables
 //! this test reads: so it is `#[ignore]`d, reported by `cargo test` as ignored with that
 //! reason, and run by `cargo test -- --include-ignored` (CI), where a missing install
@@ -521,4 +522,85 @@ async fn a_real_llama_cpp_server_is_recorded_and_analyzed() {
     let (code, line) = tokentrace_recorder::cli::finished(&m);
     assert_eq!(code, 3, "{line:?}");
     drop(server);
+}
+
+/// Conversations on llama.cpp, whose OpenAI-compatible usage reports `cached_tokens`:
+/// two sessions on its two slots, chat, three turns each; every later turn finds its
+/// history in its slot's cache (all of it but the answer's last token, as a slot keeps
+/// the sequence it computed), and the scoring sees the cache keep the sessions.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs llama.cpp: eval \"$(bash fixtures/llamacpp/install.sh)\", then --include-ignored"]
+async fn a_real_llama_cpp_server_keeps_conversations_in_its_slots() {
+    let (python, model) = installed();
+    let mut server = start_server(&python, &model);
+    serve::wait_healthy(&mut server, Duration::from_secs(120)).await;
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let out = tmp.path().join("conversations");
+    let mut opts = options(&server.url, &out, Endpoint::Chat);
+    opts.modes = vec![session::Mode::Conversation];
+    opts.window = Duration::from_secs(8);
+    opts.conversation = Some(tokentrace_schemas::manifest::ConversationConfig {
+        sessions: vec![2],
+        turns_min: 3,
+        turns_max: 3,
+        message_tokens: 64,
+        answer_tokens: 32,
+        stop_at_eos: false,
+        system_tokens: 0,
+        tool_tokens: 0,
+        think: tokentrace_schemas::manifest::Think::Fixed,
+        think_ns: 0,
+        seed: 5,
+    });
+    runner::record(&opts, |_| {}).await.expect("recorded");
+    let cells = list_cells(&out).expect("cells");
+    let [(key, dir)] = &cells[..] else {
+        panic!("one conversation cell: {cells:?}")
+    };
+    let requests = read_table::<Requests>(&dir.join("requests.parquet")).expect("requests");
+    let turns =
+        read_table::<tokentrace_schemas::tables::Turns>(&dir.join("turns.parquet")).expect("turns");
+    let mut checked = 0;
+    for t in turns.iter().filter(|t| t.turn > 1) {
+        let r = requests
+            .iter()
+            .find(|r| r.request_id == t.request_id)
+            .expect("request row");
+        if r.end_reason != EndReason::FinishedLength {
+            continue;
+        }
+        let cached = r
+            .cached_tokens_server
+            .expect("llama.cpp reports cached_tokens");
+        eprintln!(
+            "{key}: session {} turn {}: history {}, {cached} cached",
+            t.session, t.turn, t.history_tokens
+        );
+        assert!(
+            f64::from(cached) >= 0.9 * f64::from(t.history_tokens),
+            "{key}: session {} turn {}: {cached} of {} history tokens cached",
+            t.session,
+            t.turn,
+            t.history_tokens
+        );
+        checked += 1;
+    }
+    assert!(checked >= 2, "{key}: only {checked} later turns answered");
+    let s = score_dir(&out, &RuleSet::builtin("default").expect("rules")).expect("scored");
+    let cell = s
+        .cells
+        .iter()
+        .find(|c| c.phase == tokentrace_schemas::Phase::Conversation)
+        .expect("cell");
+    let talk = cell
+        .figures
+        .as_ref()
+        .and_then(|f| f.conversation.as_ref())
+        .expect("figures");
+    assert!(talk.cache_hit_ratio.is_some_and(|h| h > 0.9), "{talk:?}");
+    assert!(
+        !cell.warnings.iter().any(|w| w.kind() == "prefix_evicted"),
+        "{:?}",
+        cell.warnings
+    );
 }

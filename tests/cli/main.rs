@@ -22,7 +22,8 @@
 //!   report read them, rescore refuses, an unknown version imported by shared fields, bad
 //!   files exit 2; diff against a tokentrace run of the same simulator;
 //! - `inputs`: bad command lines exit 2 before anything is written; an all-skipped run is a valid folder;
-//! - `llamacpp`: a real llama.cpp server recorded over both endpoints and analyzed;
+//! - `llamacpp`: a real llama.cpp server recorded over both endpoints and analyzed; its
+//!   slots keep two conversations' history (`cached_tokens` in its usage);
 //! - `misbehave`: slow, huge and garbage `/metrics`, and a server that dies mid-cell and
 //!   comes back: the matrix finishes and the trace says what happened;
 //! - `network`: a fault proxy between recorder and simulator (latency and jitter, a
