@@ -2,11 +2,13 @@
 //! per-request chunk assembler (which also reports what a stream carried: token ids,
 //! usage, reasoning), with no runtime and no I/O, so that the recorder (live) and
 //! `tokentrace reparse` (offline, from `raw.sse.zst`) share one parser; and the
-//! production traces a replay reads (`workload`), checked row by row before a request.
+//! production traces a replay reads (`workload`), checked row by row before a request,
+//! and the recorded conversations a conversation cell sends again (`sessions`).
 
 pub mod assemble;
 pub mod event;
 pub mod refbench;
+pub mod sessions;
 pub mod sse;
 pub mod workload;
 
