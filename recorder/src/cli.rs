@@ -6,7 +6,9 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use tokentrace_schemas::column::StrEnum;
-use tokentrace_schemas::manifest::{ConversationConfig, Manifest, PrefillMode, Think, TraceFormat};
+use tokentrace_schemas::manifest::{
+    ConversationConfig, Manifest, PrefillMode, SessionsSource, Think, TraceFormat,
+};
 use tokentrace_schemas::tables::Endpoint;
 
 use crate::run::runner;
@@ -201,6 +203,17 @@ pub struct RecordArgs {
     /// Mean think time between an answer and the session's next turn (0s: at once).
     #[arg(long, value_parser = duration, default_value = "1s")]
     pub think: Duration,
+    /// Send recorded conversations again instead of filler sessions: a JSON array
+    /// (ShareGPT: `conversations` of `from` / `value`) or JSON lines (OpenAI:
+    /// `messages` of `role` / `content`). Each session is sent once, its user messages
+    /// (and tool results) as its turns after its system prompt; the answers are the
+    /// server's, generated live. Read and checked whole before any request.
+    #[arg(long)]
+    pub conversations_from: Option<PathBuf>,
+    /// The --conversations-from sessions, once read (by `check`), with the file's
+    /// SHA-256.
+    #[arg(skip)]
+    pub scripts: std::sync::OnceLock<Scripts>,
     /// How think times are drawn: `exponential` (seeded by --seed) or `fixed`.
     #[arg(long, value_parser = think, default_value = "exponential")]
     pub think_time: Think,
@@ -259,6 +272,12 @@ pub fn normalize_target(target: &str) -> Result<(String, Option<String>), UsageE
     let note = (url != given).then(|| format!("--target `{given}`: recording {url}"));
     Ok((url, note))
 }
+
+/// Recorded sessions read from `--conversations-from`, and the SHA-256 of the file.
+pub type Scripts = (
+    std::sync::Arc<Vec<tokentrace_wire::sessions::Script>>,
+    String,
+);
 
 /// The shortest conversation message: long enough that rewording its words gives every
 /// session and turn a message of its own.
@@ -492,9 +511,15 @@ impl RecordArgs {
             }
             _ => {}
         }
+        if self.conversations_from.is_some() && !on {
+            return bad(
+                "--conversations-from needs --conversations (the live sessions of each cell)",
+            );
+        }
         if !on {
             return Ok(());
         }
+        self.read_scripts()?;
         if self.message_tokens.len() != 1 {
             return bad("--message-tokens takes one length (e.g. 256)");
         }
@@ -520,6 +545,23 @@ impl RecordArgs {
         Ok(())
     }
 
+    /// Reads and checks the --conversations-from sessions (once).
+    fn read_scripts(&self) -> Result<(), UsageError> {
+        let Some(path) = &self.conversations_from else {
+            return Ok(());
+        };
+        if self.scripts.get().is_some() {
+            return Ok(());
+        }
+        let said = |e: String| UsageError(format!("--conversations-from {}: {e}", path.display()));
+        let bytes = std::fs::read(path).map_err(|e| said(e.to_string()))?;
+        let (scripts, _) =
+            tokentrace_wire::sessions::parse(&bytes).map_err(|e| said(e.to_string()))?;
+        let sha = tokentrace_schemas::digest::Sha256::of_bytes(&bytes).to_string();
+        let _ = self.scripts.set((std::sync::Arc::new(scripts), sha));
+        Ok(())
+    }
+
     /// The conversation cells' settings as the command line gives them.
     fn conversation(&self) -> Option<ConversationConfig> {
         self.conversations
@@ -536,6 +578,15 @@ impl RecordArgs {
                 think: self.think_time,
                 think_ns: i64::try_from(self.think.as_nanos()).unwrap_or(i64::MAX),
                 seed: self.seed,
+                from: self
+                    .conversations_from
+                    .as_ref()
+                    .zip(self.scripts.get())
+                    .map(|(path, (scripts, sha))| SessionsSource {
+                        file: path.display().to_string(),
+                        sha256: sha.clone(),
+                        sessions: u32::try_from(scripts.len()).unwrap_or(u32::MAX),
+                    }),
             })
     }
 
@@ -639,6 +690,7 @@ impl RecordArgs {
                 None => None,
             },
             conversation: self.conversation(),
+            conversation_scripts: self.scripts.get().map(|(s, _)| s.clone()),
             gpus: if self.gpu_telemetry == "off" {
                 session::GpuChoice::Off
             } else {

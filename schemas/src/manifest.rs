@@ -273,6 +273,24 @@ pub struct ConversationConfig {
     pub think_ns: i64,
     /// Seeds the sessions' turn counts and think times, and each request's `seed`.
     pub seed: u64,
+    /// Recorded sessions sent again (`--conversations-from`); absent: sessions of
+    /// `message_tokens` filler.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub from: Option<SessionsSource>,
+}
+
+/// A file of recorded sessions a conversation cell sends again: each session once, its
+/// user messages (and tool results) as its turns and its system prompt first, the
+/// answers generated live.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SessionsSource {
+    /// The file as given.
+    pub file: String,
+    /// SHA-256 of its bytes, lower-case hex.
+    pub sha256: String,
+    /// Sessions read from it (with at least one user message).
+    pub sessions: u32,
 }
 
 str_enum! {

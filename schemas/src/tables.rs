@@ -275,8 +275,9 @@ table!(
         /// Turns the session was drawn to run.
         turns: i32,
         /// Tokens of the turn's new message (or tool-result block) as the server's
-        /// tokenizer counts it alone (no chat template).
-        message_tokens: i32,
+        /// tokenizer counts it alone (no chat template); null for a message taken from a
+        /// sessions file (not counted).
+        message_tokens: Option<i32>,
         /// Leading prompt tokens the turn repeats from before: on turn 1 the shared
         /// system prompt's; then the previous turn's `prompt_tokens_server` plus its
         /// `completion_tokens_server` (its prompt and the answer now in the history).

@@ -33,6 +33,7 @@ fn config(sessions: Vec<u32>) -> ConversationConfig {
         think: Think::Fixed,
         think_ns: i64::try_from(THINK.as_nanos()).expect("ns"),
         seed: 11,
+        from: None,
     }
 }
 
@@ -92,7 +93,7 @@ fn check_cell(dir: &Path, sessions: u32, c: &ConversationConfig) -> usize {
         } else {
             c.message_tokens
         };
-        assert_eq!(t.message_tokens, message as i32);
+        assert_eq!(t.message_tokens, Some(message as i32));
         assert_eq!(r.max_tokens, Some(24));
         if *turn == 1 {
             assert_eq!(t.think_ns, None);
@@ -129,7 +130,7 @@ fn check_cell(dir: &Path, sessions: u32, c: &ConversationConfig) -> usize {
         followed += 1;
         let prompt = r.prompt_tokens_server.expect("usage");
         assert!(
-            prompt >= t.history_tokens + t.message_tokens,
+            prompt >= t.history_tokens + t.message_tokens.unwrap_or(0),
             "the prompt ({prompt}) holds the history ({}) and the new message",
             t.history_tokens
         );
@@ -296,8 +297,10 @@ async fn the_sweep_shows_where_the_cache_stops_holding_the_conversations() {
     let run_dir = tempfile::tempdir().expect("tempdir");
     let out = run_dir.path().join("run");
     let mut profile = Profile::load("tiny").expect("tiny");
-    // About three sessions' histories (up to 260 tokens each) in 48 blocks.
-    profile.kv_cache_tokens = 768;
+    // About two sessions' histories (up to 260 tokens each) in 32 blocks: twelve
+    // sessions evict each other however their turns interleave (at 768 tokens a loaded
+    // machine once let 53% through).
+    profile.kv_cache_tokens = 512;
     let addr: SocketAddr = "127.0.0.1:0".parse().expect("addr");
     let sim = SimServer::start(profile, addr).await.expect("sim");
     let mut c = config(vec![1, 12]);
@@ -313,6 +316,11 @@ async fn the_sweep_shows_where_the_cache_stops_holding_the_conversations() {
             .expect("hit ratio")
     };
     let (one, many) = (cells[0], cells[1]);
+    eprintln!(
+        "hit ratio: 1 session {}, 12 sessions {}",
+        hit(one),
+        hit(many)
+    );
     assert_eq!(
         (one["concurrency"].as_u64(), many["concurrency"].as_u64()),
         (Some(1), Some(12))
@@ -351,4 +359,68 @@ async fn completions_conversations_send_the_real_history_each_turn() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn chat_conversations_send_the_real_history_each_turn() {
     conversations_over(Endpoint::Chat).await;
+}
+
+/// Recorded conversations sent again (a ShareGPT file): each session once, its user
+/// messages as its turns after its system prompt, the answers the server's own; the
+/// session without a user message left out, and no session sent twice.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn recorded_sessions_are_sent_again_with_live_answers() {
+    let (run_dir, sim) = tiny().await;
+    let out = run_dir.path().join("run");
+    let file =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/conversations/sharegpt-small.json");
+    let bytes = std::fs::read(&file).expect("fixture");
+    let (scripts, left_out) = tokentrace_wire::sessions::parse(&bytes).expect("sessions");
+    assert_eq!((scripts.len(), left_out), (2, 1));
+    let mut c = config(vec![2]);
+    c.system_tokens = 0;
+    c.from = Some(tokentrace_schemas::manifest::SessionsSource {
+        file: file.display().to_string(),
+        sha256: tokentrace_schemas::digest::Sha256::of_bytes(&bytes).to_string(),
+        sessions: 2,
+    });
+    let mut opts = crate::record::options(&sim.url(), &out);
+    opts.endpoint = Endpoint::Chat;
+    opts.modes = vec![Mode::Conversation];
+    opts.window = Duration::from_millis(1500);
+    opts.metrics_url = Some(format!("{}/metrics", sim.url()));
+    opts.conversation = Some(c);
+    opts.conversation_scripts = Some(std::sync::Arc::new(scripts));
+    let m = runner::record(&opts, |_| {}).await.expect("recorded");
+    assert!(
+        m.config
+            .conversation
+            .as_ref()
+            .is_some_and(|c| c.from.is_some())
+    );
+    let cells = list_cells(&out).expect("cells");
+    let [(key, dir)] = &cells[..] else {
+        panic!("one cell: {cells:?}")
+    };
+    assert_eq!(
+        *key,
+        CellKey::conversation(0, 2),
+        "recorded messages: context 0"
+    );
+    let all = turns(dir);
+    let mut by_session: BTreeMap<i64, Vec<i32>> = BTreeMap::new();
+    for ((session, turn), (t, r)) in &all {
+        assert_eq!(t.message_tokens, None, "a recorded message is not counted");
+        assert_eq!(r.end_reason, EndReason::FinishedLength, "{r:?}");
+        by_session.entry(*session).or_default().push(*turn);
+        if *turn > 1 {
+            let (_, prev) = &all[&(*session, turn - 1)];
+            assert_eq!(
+                t.history_tokens,
+                prev.prompt_tokens_server.expect("usage")
+                    + prev.completion_tokens_server.expect("usage")
+            );
+        }
+    }
+    assert_eq!(
+        by_session,
+        BTreeMap::from([(1, vec![1, 2, 3]), (2, vec![1, 2])]),
+        "each recorded session once, all its user turns"
+    );
 }

@@ -19,7 +19,7 @@ fn record(out: &Path, args: &[&str]) -> Output {
 fn bad_command_lines_exit_2_before_anything_is_written() {
     let dir = tempfile::tempdir().expect("tempdir");
     let out = dir.path().join("run");
-    let cases: [(&[&str], &str); 24] = [
+    let cases: [(&[&str], &str); 26] = [
         (&["--duration", "0s"], "--duration 0s"),
         (&["--max-tokens", "0"], "--max-tokens 0"),
         (&["--stall-timeout", "0s"], "--stall-timeout 0s"),
@@ -60,6 +60,19 @@ fn bad_command_lines_exit_2_before_anything_is_written() {
         (
             &["--conversations", "4", "--tool-tokens", "8"],
             "--tool-tokens: 0, or at least 32",
+        ),
+        (
+            &["--conversations-from", "sessions.json"],
+            "--conversations-from needs --conversations",
+        ),
+        (
+            &[
+                "--conversations",
+                "4",
+                "--conversations-from",
+                "/no/such/sessions.json",
+            ],
+            "--conversations-from /no/such/sessions.json:",
         ),
         (&["--mode", "rate"], "--mode rate needs --rates"),
         (&["--rates", "1,0"], "`0` is not a request rate"),

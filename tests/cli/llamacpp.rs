@@ -84,6 +84,7 @@ fn options(url: &str, out: &Path, endpoint: Endpoint) -> RecordOptions {
         plan_only: false,
         replay: None,
         conversation: None,
+        conversation_scripts: None,
     }
 }
 
@@ -521,24 +522,22 @@ async fn a_real_llama_cpp_server_is_recorded_and_analyzed() {
     }
     let (code, line) = tokentrace_recorder::cli::finished(&m);
     assert_eq!(code, 3, "{line:?}");
+    conversations_in_slots(&server, tmp.path()).await;
     drop(server);
 }
 
 /// Conversations on llama.cpp, whose OpenAI-compatible usage reports `cached_tokens`:
 /// two sessions on its two slots, chat, three turns each; every later turn finds its
 /// history in its slot's cache (all of it but the answer's last token, as a slot keeps
-/// the sequence it computed), and the scoring sees the cache keep the sessions.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "needs llama.cpp: eval \"$(bash fixtures/llamacpp/install.sh)\", then --include-ignored"]
-async fn a_real_llama_cpp_server_keeps_conversations_in_its_slots() {
-    let (python, model) = installed();
-    let mut server = start_server(&python, &model);
-    serve::wait_healthy(&mut server, Duration::from_secs(120)).await;
-    let tmp = tempfile::tempdir().expect("tempdir");
-    let out = tmp.path().join("conversations");
+/// the sequence it computed), and the scoring sees the cache keep the sessions. Run on
+/// the main test's server, after its other cells (a second server beside it, under the
+/// whole suite, left no time for a later turn).
+async fn conversations_in_slots(server: &Server, tmp: &Path) {
+    let out = tmp.join("conversations");
     let mut opts = options(&server.url, &out, Endpoint::Chat);
     opts.modes = vec![session::Mode::Conversation];
-    opts.window = Duration::from_secs(8);
+    // Long enough for two later turns when the suite shares the two cores with it.
+    opts.window = Duration::from_secs(20);
     opts.conversation = Some(tokentrace_schemas::manifest::ConversationConfig {
         sessions: vec![2],
         turns_min: 3,
@@ -551,6 +550,7 @@ async fn a_real_llama_cpp_server_keeps_conversations_in_its_slots() {
         think: tokentrace_schemas::manifest::Think::Fixed,
         think_ns: 0,
         seed: 5,
+        from: None,
     });
     runner::record(&opts, |_| {}).await.expect("recorded");
     let cells = list_cells(&out).expect("cells");

@@ -62,6 +62,7 @@ pub fn options(target: &str, out: &Path) -> RecordOptions {
         plan_only: false,
         replay: None,
         conversation: None,
+        conversation_scripts: None,
     }
 }
 

@@ -79,6 +79,7 @@ pub(crate) fn options(target: String, out: &std::path::Path) -> RecordOptions {
         plan_only: false,
         replay: None,
         conversation: None,
+        conversation_scripts: None,
     }
 }
 

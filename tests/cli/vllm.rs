@@ -323,6 +323,7 @@ fn conversation(sessions: Vec<u32>) -> ConversationConfig {
         think: Think::Fixed,
         think_ns: 0,
         seed: 3,
+        from: None,
     }
 }
 

@@ -440,6 +440,7 @@ impl Plans {
             message: texts.message,
             system: texts.system,
             tool: texts.tool,
+            scripts: opts.conversation_scripts.clone(),
         });
         let none: bytes::Bytes = bytes::Bytes::new();
         let plan = CellPlan {

@@ -131,6 +131,9 @@ pub struct RecordOptions {
     pub replay: Option<ReplaySetup>,
     /// The conversation cells' settings; needed with [`Mode::Conversation`].
     pub conversation: Option<tokentrace_schemas::manifest::ConversationConfig>,
+    /// The recorded sessions the conversation cells send again (`--conversations-from`,
+    /// read and checked before the run starts); `None`: sessions of filler.
+    pub conversation_scripts: Option<Arc<Vec<tokentrace_wire::sessions::Script>>>,
 }
 
 /// A replay's settings and its workload, read before any request.

@@ -45,7 +45,16 @@ pub(crate) fn conversation_intro(s: &Scoring) -> Vec<String> {
         tokentrace_schemas::manifest::Think::Fixed => "fixed",
         tokentrace_schemas::manifest::Think::Exponential => "exponential, mean",
     };
-    vec![
+    let mut lines = Vec::new();
+    if let Some(f) = &c.from {
+        lines.push(format!(
+            "Recorded sessions from `{}` (SHA-256 {}…, {} sessions), each sent once: its user messages as its turns, in place of the filler described next; the answers are the server's own",
+            f.file,
+            f.sha256.get(..12).unwrap_or(&f.sha256),
+            f.sessions
+        ));
+    }
+    lines.extend([
         format!(
             "Each session sends {turns}: the whole history (the server's own answers included) plus a new message of {} tokens, then waits for the answer ({} tokens{}) and a think time ({think} {} s) · {} · a session that ends is replaced, so each cell keeps its sessions live for the window",
             thousands(i64::from(c.message_tokens)),
@@ -73,7 +82,8 @@ pub(crate) fn conversation_intro(s: &Scoring) -> Vec<String> {
             .concat(),
         ),
         "Cache hit is what the server said it served from its prefix cache (`cached_tokens`) of the history each turn repeated, over the turns after the first; Server hit is its own counters' ratio over the window (all prompt tokens). TTFT in ms and prefill tok/s (prompt tokens computed, not cached, over TTFT) as p50 / p90.".to_string(),
-    ]
+    ]);
+    lines
 }
 
 /// One row per conversation cell: sessions, their rate and goodput, TTFT of first and

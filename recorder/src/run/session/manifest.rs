@@ -129,7 +129,9 @@ fn conversation_cells(
     c.sessions
         .iter()
         .map(|&n| {
-            let key = CellKey::conversation(c.message_tokens, n);
+            // Recorded sessions' messages have their own lengths: context 0 (mixed).
+            let context = if c.from.is_some() { 0 } else { c.message_tokens };
+            let key = CellKey::conversation(context, n);
             match over {
                 Some(m) => CellEntry {
                     status: CellStatus::Skipped,

@@ -25,6 +25,9 @@ pub struct ConversationPlan {
     /// The tool-result block every turn after the first sends instead of a message,
     /// `config.tool_tokens` tokens, reworded as the message is; `None`: messages only.
     pub tool: Option<String>,
+    /// Recorded sessions sent again, each once, in order (`config.from`); `None`:
+    /// sessions of the message above.
+    pub scripts: Option<Arc<Vec<tokentrace_wire::sessions::Script>>>,
 }
 
 /// Who said a piece of the history.
@@ -95,6 +98,13 @@ impl ConversationPlan {
     /// same answers from an engine that honours it.
     fn request_seed(&self, session: i64, turn: u32) -> u64 {
         mix(self.config.seed ^ mix(session.unsigned_abs() << 16 | u64::from(turn))) >> 33
+    }
+
+    /// The recorded session `session` (from 1) sends again; `None` when the cell has
+    /// none, or when every one has been sent.
+    fn script(&self, session: i64) -> Option<&tokentrace_wire::sessions::Script> {
+        let i = usize::try_from(session.checked_sub(1)?).ok()?;
+        self.scripts.as_ref()?.get(i)
     }
 
     /// The new message of turn `turn` of `session` (a tool result after the first turn,
@@ -202,13 +212,24 @@ impl Talker {
         }
     }
 
-    /// Runs one session; false when the cell is over.
+    /// Runs one session; false when the cell is over (or its recorded sessions are all
+    /// sent).
     async fn session(&mut self, lane: &mut Lane, session: i64) -> bool {
         let talk = self.talk.clone();
-        let turns = talk.turns(session);
+        let script = talk.script(session);
+        if talk.scripts.is_some() && script.is_none() {
+            return false;
+        }
+        let turns = script.map_or_else(
+            || talk.turns(session),
+            |s| u32::try_from(s.user.len()).unwrap_or(u32::MAX),
+        );
         let mut history: Vec<(Speaker, String)> = Vec::new();
         let mut history_tokens = 0i32;
-        if let Some(system) = &talk.system {
+        if let Some(system) = script.and_then(|s| s.system.clone()) {
+            // Not counted: the server's usage of turn 1 says what it came to.
+            history.push((Speaker::System, system));
+        } else if let Some(system) = &talk.system {
             history.push((Speaker::System, system.clone()));
             history_tokens = i32::try_from(talk.config.system_tokens).unwrap_or(i32::MAX);
         }
@@ -223,14 +244,24 @@ impl Talker {
                 }
                 None => None,
             };
-            let (who, text, tokens) = talk.message(session, turn);
+            let (who, text, tokens) = match script {
+                Some(s) => {
+                    let i = usize::try_from(turn - 1).unwrap_or(usize::MAX);
+                    let text = s.user.get(i).cloned().unwrap_or_default();
+                    (Speaker::User, text, None)
+                }
+                None => {
+                    let (who, text, tokens) = talk.message(session, turn);
+                    (who, text, Some(tokens))
+                }
+            };
             history.push((who, text));
             let row = TurnRow {
                 request_id: 0,
                 session,
                 turn: i32::try_from(turn).unwrap_or(i32::MAX),
                 turns: i32::try_from(turns).unwrap_or(i32::MAX),
-                message_tokens: i32::try_from(tokens).unwrap_or(i32::MAX),
+                message_tokens: tokens.map(|t| i32::try_from(t).unwrap_or(i32::MAX)),
                 history_tokens,
                 think_ns,
             };
@@ -267,7 +298,9 @@ impl Talker {
             &body,
             i32::try_from(talk.config.answer_tokens).unwrap_or(i32::MAX),
         );
-        spec.prompt_tokens_requested = row.history_tokens.saturating_add(row.message_tokens);
+        spec.prompt_tokens_requested = row
+            .history_tokens
+            .saturating_add(row.message_tokens.unwrap_or(0));
         row.request_id = spec.request_id;
         let mut stop = self.cancel.clone();
         if !cell.paced(&mut stop).await || *self.cancel.borrow() {
