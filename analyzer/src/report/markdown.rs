@@ -110,15 +110,7 @@ pub(super) fn markdown(s: &Scoring) -> String {
         table(&t, &mut o);
     }
 
-    if let Some(t) = conversation_table(s) {
-        let intro = conversation_intro(s).join("\n\n");
-        let _ = writeln!(o, "\n## Conversations\n\n{intro}\n");
-        table(&t, &mut o);
-        if let Some(turns) = turn_table(s) {
-            let _ = writeln!(o, "\n### By turn\n");
-            table(&turns, &mut o);
-        }
-    }
+    conversations(s, &mut o);
 
     let _ = writeln!(o, "\n## All measurements\n");
     let _ = writeln!(
@@ -168,6 +160,21 @@ pub(super) fn markdown(s: &Scoring) -> String {
 }
 
 /// A format-free table as a Markdown table.
+/// The Conversations section: its introduction, the sweep table and the table by turn
+/// (nothing without conversation cells).
+fn conversations(s: &Scoring, o: &mut String) {
+    let Some(t) = conversation_table(s) else {
+        return;
+    };
+    let intro = conversation_intro(s).join("\n\n");
+    let _ = writeln!(o, "\n## Conversations\n\n{intro}\n");
+    table(&t, o);
+    if let Some(turns) = turn_table(s) {
+        let _ = writeln!(o, "\n### By turn\n");
+        table(&turns, o);
+    }
+}
+
 fn table(t: &Table, o: &mut String) {
     let _ = writeln!(o, "| {} |", t.headers.join(" | "));
     let _ = writeln!(o, "|{}", "---|".repeat(t.headers.len()));

@@ -229,7 +229,8 @@ pub async fn fit_text(
 /// distinct filler words reordered by `key`, as a chat variant is: the same words, so
 /// the same token count, and a start of its own; `None` when it has too few words.
 pub fn reworded(text: &str, key: u64) -> Option<String> {
-    let body = crate::send::request::stream_body("", Endpoint::Chat, &json!(text), 1);
+    // A chat body of the text alone: what a chat variant reads and reorders.
+    let body = json!({"messages": [{"role": "user", "content": text}]});
     let v = Variants::new(&body, Endpoint::Chat)?;
     let varied: Value = serde_json::from_slice(&v.body(key)).ok()?;
     varied["messages"][0]["content"]

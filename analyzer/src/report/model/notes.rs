@@ -82,6 +82,35 @@ pub(super) fn unavailable_notes(s: &Scoring) -> Vec<String> {
         .collect()
 }
 
+/// The words of a `prefix_evicted` warning (empty for any other).
+fn evicted_words(w: &Warning) -> String {
+    let Warning::PrefixEvicted {
+        hit_ratio,
+        min_hit_ratio,
+        turns,
+        mostly_missed,
+        kv_metric,
+        kv_usage_max,
+        kv_usage_mean,
+    } = w
+    else {
+        return String::new();
+    };
+    format!(
+        "warning: prefix evicted: the turns after the first got {}% of their history from the prefix cache (least {}%); {mostly_missed} of {turns} got under half, so the server computed the sessions' history again. KV-cache usage {}",
+        fixed(hit_ratio * 100.0, 1),
+        g(min_hit_ratio * 100.0),
+        match (kv_metric, kv_usage_max, kv_usage_mean) {
+            (Some(m), Some(max), Some(mean)) => format!(
+                "(`{m}`: the blocks running requests hold) peaked at {}%, {}% on average inside the window",
+                fixed(max * 100.0, 1),
+                fixed(mean * 100.0, 1)
+            ),
+            _ => "is not exposed by this server".to_string(),
+        }
+    )
+}
+
 pub(super) fn cell_name(c: &CellScore) -> String {
     match (c.phase, c.rate) {
         (Phase::Prefill, _) => format!("Prefill {}", context_label(c.context)),
@@ -447,27 +476,7 @@ pub(crate) fn cell_notes(c: &CellScore) -> Vec<String> {
                 "{skipped} of the workload's {of} requests were not sent (never cut to fit): {first}{}",
                 if *skipped > 1 { ", and others" } else { "" }
             ),
-            Warning::PrefixEvicted {
-                hit_ratio,
-                min_hit_ratio,
-                turns,
-                mostly_missed,
-                kv_metric,
-                kv_usage_max,
-                kv_usage_mean,
-            } => format!(
-                "warning: prefix evicted: the turns after the first got {}% of their history from the prefix cache (least {}%); {mostly_missed} of {turns} got under half, so the server computed the sessions' history again. KV-cache usage {}",
-                fixed(hit_ratio * 100.0, 1),
-                g(min_hit_ratio * 100.0),
-                match (kv_metric, kv_usage_max, kv_usage_mean) {
-                    (Some(m), Some(max), Some(mean)) => format!(
-                        "(`{m}`: the blocks running requests hold) peaked at {}%, {}% on average inside the window",
-                        fixed(max * 100.0, 1),
-                        fixed(mean * 100.0, 1)
-                    ),
-                    _ => "is not exposed by this server".to_string(),
-                }
-            ),
+            Warning::PrefixEvicted { .. } => evicted_words(w),
             Warning::Content(found) => format!("warning: {}", content_words(found)),
             Warning::Rechunked(e) => format!("warning: {}", rechunk_words(e, c.phase)),
             Warning::Connections {
