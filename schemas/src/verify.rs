@@ -136,6 +136,21 @@ pub fn verify_commit_mark(dir: &Path, recorded: Option<Sha256>) -> Result<()> {
     Ok(())
 }
 
+/// Adds an optional table's row count to `counts` when the commit mark lists its file
+/// or the file is there.
+fn count_optional<T: Table>(
+    dir: &Path,
+    meta: &CellMeta,
+    counts: &mut Vec<(String, u64)>,
+) -> Result<()> {
+    let name = table_file::<T>();
+    if meta.files.contains_key(&name) || dir.join(&name).exists() {
+        let n = count_rows::<T>(dir)?;
+        counts.push((name, n));
+    }
+    Ok(())
+}
+
 fn count_rows<T: Table>(dir: &Path) -> Result<u64> {
     let mut n = 0u64;
     for rows in open_table::<T>(&dir.join(table_file::<T>()))? {
@@ -202,18 +217,9 @@ pub fn verify_cell(dir: &Path) -> Result<Verified> {
         (table_file::<Events>(), count_rows::<Events>(dir)?),
     ];
     // Optional tables: checked when the commit mark lists them or the file is there.
-    let gpu = table_file::<Gpu>();
-    if meta.files.contains_key(&gpu) || dir.join(&gpu).exists() {
-        counts.push((gpu, count_rows::<Gpu>(dir)?));
-    }
-    let replay = table_file::<Replay>();
-    if meta.files.contains_key(&replay) || dir.join(&replay).exists() {
-        counts.push((replay, count_rows::<Replay>(dir)?));
-    }
-    let turns = table_file::<Turns>();
-    if meta.files.contains_key(&turns) || dir.join(&turns).exists() {
-        counts.push((turns, count_rows::<Turns>(dir)?));
-    }
+    count_optional::<Gpu>(dir, &meta, &mut counts)?;
+    count_optional::<Replay>(dir, &meta, &mut counts)?;
+    count_optional::<Turns>(dir, &meta, &mut counts)?;
     let mut frames = 0u64;
     for frame in RawReader::open(&dir.join(RAW_FILE))? {
         frame?;

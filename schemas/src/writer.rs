@@ -229,6 +229,22 @@ pub struct CellWriter {
     pub raw: RawWriter,
 }
 
+/// An optional table's writer, created in `staging` with its first row (a cell without
+/// such rows has no file of it).
+fn optional<'a, T: Table>(
+    slot: &'a mut Option<TableWriter<T>>,
+    staging: &Path,
+    limits: WriterLimits,
+) -> Result<&'a mut TableWriter<T>> {
+    match slot {
+        Some(w) => Ok(w),
+        None => Ok(slot.insert(TableWriter::with_limits(
+            &staging.join(table_file::<T>()),
+            limits,
+        )?)),
+    }
+}
+
 impl CellWriter {
     /// Starts a cell; a stale staging folder of the same cell (from a crash) is removed.
     pub fn create(run: &Path, key: CellKey) -> Result<Self> {
@@ -283,36 +299,15 @@ impl CellWriter {
     }
 
     pub fn push_gpu(&mut self, row: GpuRow) -> Result<()> {
-        let w = match &mut self.gpu {
-            Some(w) => w,
-            None => self.gpu.insert(TableWriter::with_limits(
-                &self.staging.join(table_file::<Gpu>()),
-                self.limits,
-            )?),
-        };
-        w.push(row)
+        optional(&mut self.gpu, &self.staging, self.limits)?.push(row)
     }
 
     pub fn push_replay(&mut self, row: ReplayRow) -> Result<()> {
-        let w = match &mut self.replay {
-            Some(w) => w,
-            None => self.replay.insert(TableWriter::with_limits(
-                &self.staging.join(table_file::<Replay>()),
-                self.limits,
-            )?),
-        };
-        w.push(row)
+        optional(&mut self.replay, &self.staging, self.limits)?.push(row)
     }
 
     pub fn push_turn(&mut self, row: TurnRow) -> Result<()> {
-        let w = match &mut self.turns {
-            Some(w) => w,
-            None => self.turns.insert(TableWriter::with_limits(
-                &self.staging.join(table_file::<Turns>()),
-                self.limits,
-            )?),
-        };
-        w.push(row)
+        optional(&mut self.turns, &self.staging, self.limits)?.push(row)
     }
 
     /// Finishes every file, writes the commit mark and renames the cell into place.

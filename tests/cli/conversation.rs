@@ -20,20 +20,36 @@ use tokentrace_sim::{Profile, SimServer};
 const BLOCK: i32 = 16;
 const THINK: Duration = Duration::from_millis(40);
 
-fn config(sessions: Vec<u32>) -> ConversationConfig {
+/// Sessions of three turns of `message`-token messages and `answer`-token answers, one
+/// after another (no think time, no system prompt), `sessions` live (the real engines'
+/// tests use it too).
+pub(crate) fn three_turns(
+    sessions: Vec<u32>,
+    message: u32,
+    answer: u32,
+    seed: u64,
+) -> ConversationConfig {
     ConversationConfig {
         sessions,
         turns_min: 3,
         turns_max: 3,
-        message_tokens: 48,
-        answer_tokens: 24,
+        message_tokens: message,
+        answer_tokens: answer,
         stop_at_eos: false,
-        system_tokens: 40,
+        system_tokens: 0,
         tool_tokens: 0,
         think: Think::Fixed,
-        think_ns: i64::try_from(THINK.as_nanos()).expect("ns"),
-        seed: 11,
+        think_ns: 0,
+        seed,
         from: None,
+    }
+}
+
+fn config(sessions: Vec<u32>) -> ConversationConfig {
+    ConversationConfig {
+        system_tokens: 40,
+        think_ns: i64::try_from(THINK.as_nanos()).expect("ns"),
+        ..three_turns(sessions, 48, 24, 11)
     }
 }
 

@@ -538,20 +538,7 @@ async fn conversations_in_slots(server: &Server, tmp: &Path) {
     opts.modes = vec![session::Mode::Conversation];
     // Long enough for two later turns when the suite shares the two cores with it.
     opts.window = Duration::from_secs(20);
-    opts.conversation = Some(tokentrace_schemas::manifest::ConversationConfig {
-        sessions: vec![2],
-        turns_min: 3,
-        turns_max: 3,
-        message_tokens: 64,
-        answer_tokens: 32,
-        stop_at_eos: false,
-        system_tokens: 0,
-        tool_tokens: 0,
-        think: tokentrace_schemas::manifest::Think::Fixed,
-        think_ns: 0,
-        seed: 5,
-        from: None,
-    });
+    opts.conversation = Some(crate::conversation::three_turns(vec![2], 64, 32, 5));
     runner::record(&opts, |_| {}).await.expect("recorded");
     let cells = list_cells(&out).expect("cells");
     let [(key, dir)] = &cells[..] else {

@@ -20,7 +20,7 @@ use tokentrace_recorder::run::runner;
 use tokentrace_recorder::run::session::{self, RecordOptions};
 use tokentrace_schemas::Phase;
 use tokentrace_schemas::layout::list_cells;
-use tokentrace_schemas::manifest::{ConversationConfig, Manifest, Think};
+use tokentrace_schemas::manifest::{ConversationConfig, Manifest};
 use tokentrace_schemas::protocol::Drain;
 use tokentrace_schemas::reader::read_table;
 use tokentrace_schemas::tables::{
@@ -311,20 +311,7 @@ async fn real_vllm_is_recorded_and_analyzed() {
 /// Three turns of a 128-token message and a 32-token answer, one after another (no
 /// think time), chat: `sessions` live.
 fn conversation(sessions: Vec<u32>) -> ConversationConfig {
-    ConversationConfig {
-        sessions,
-        turns_min: 3,
-        turns_max: 3,
-        message_tokens: 128,
-        answer_tokens: 32,
-        stop_at_eos: false,
-        system_tokens: 0,
-        tool_tokens: 0,
-        think: Think::Fixed,
-        think_ns: 0,
-        seed: 3,
-        from: None,
-    }
+    crate::conversation::three_turns(sessions, 128, 32, 3)
 }
 
 /// Records conversation cells only into `out` (chat, a 20 s window).

@@ -429,10 +429,11 @@ fn score_conversation(
     rules: &RuleSet,
 ) -> CellScore {
     let mut cell = judged_open(v, rules, &warnings::CONVERSATION);
-    cell.warnings.extend(talk::prefix_evicted(v, rows, rules));
+    let (talk, evicted) = talk::judge(v, rows, rules);
+    cell.warnings.extend(evicted);
     cell.verdict = Some(verdict(&cell.evidence));
     let mut figures = measure::open(v, rules);
-    figures.conversation = Some(talk::figures(v, rows, rules));
+    figures.conversation = Some(talk);
     cell.figures = Some(figures);
     cell
 }

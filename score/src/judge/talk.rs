@@ -184,10 +184,22 @@ fn sessions(v: &DecodeView, all: &[Turn], rules: &RuleSet) -> (usize, usize, Opt
     (started, completed, rules.slo.is_set().then_some(good))
 }
 
-/// A conversation cell's figures from its streams and its `turns` rows.
-pub fn figures(v: &DecodeView, rows: &[TurnRow], rules: &RuleSet) -> ConversationFigures {
+/// A conversation cell's figures and its `prefix_evicted` warning (if any), from its
+/// streams and its `turns` rows, read once for both.
+pub fn judge(
+    v: &DecodeView,
+    rows: &[TurnRow],
+    rules: &RuleSet,
+) -> (ConversationFigures, Vec<Warning>) {
     let all = turns(v, rows, rules);
-    let (started, completed, good) = sessions(v, &all, rules);
+    let f = figures(v, &all, rules);
+    let warned = prefix_evicted(v, &all, f.cache_hit_ratio, rules);
+    (f, warned)
+}
+
+/// A conversation cell's figures from its turns.
+fn figures(v: &DecodeView, all: &[Turn], rules: &RuleSet) -> ConversationFigures {
+    let (started, completed, good) = sessions(v, all, rules);
     let span_s = v.window_ns() as f64 / 1e9;
     let per_s = |n: usize| (span_s > 0.0).then(|| n as f64 / span_s);
     let later = all.iter().filter(|t| t.row.turn > 1 && t.answered());
@@ -219,25 +231,26 @@ pub fn figures(v: &DecodeView, rows: &[TurnRow], rules: &RuleSet) -> Conversatio
             .fold(None, |m: Option<f64>, x| Some(m.map_or(x, |m| m.max(x)))),
         ttft_first_turn_ms: ttft(true),
         ttft_later_turns_ms: ttft(false),
-        by_turn: by_turn(&all, rules),
-        by_history: by_history(&all, rules),
+        by_turn: by_turn(all, rules),
+        by_history: by_history(all, rules),
     }
 }
 
 /// `prefix_evicted`: the answered turns from the second on got less than the rule's
-/// share of their history from the prefix cache.
-pub fn prefix_evicted(v: &DecodeView, rows: &[TurnRow], rules: &RuleSet) -> Vec<Warning> {
-    let Some(min) = rules.conversation.min_hit_ratio else {
+/// share of their history from the prefix cache (`ratio`, the figures' hit ratio).
+fn prefix_evicted(
+    v: &DecodeView,
+    all: &[Turn],
+    ratio: Option<f64>,
+    rules: &RuleSet,
+) -> Vec<Warning> {
+    let (Some(min), Some(ratio)) = (rules.conversation.min_hit_ratio, ratio) else {
         return Vec::new();
     };
-    let all = turns(v, rows, rules);
     let later: Vec<&Turn> = all
         .iter()
         .filter(|t| t.row.turn > 1 && t.answered())
         .collect();
-    let Some(ratio) = hit_ratio(later.iter().copied()) else {
-        return Vec::new();
-    };
     if ratio >= min {
         return Vec::new();
     }
