@@ -82,6 +82,7 @@ pub fn run(args: &CheckArgs, out: &mut impl Write) -> anyhow::Result<CheckSummar
                     counts.join(", "),
                     v.checksums.label()
                 )?;
+                unread_details(dir, *key, out)?;
             }
             Err(e) => {
                 damaged += 1;
@@ -138,6 +139,33 @@ pub fn run(args: &CheckArgs, out: &mut impl Write) -> anyhow::Result<CheckSummar
         summary.missing
     )?;
     Ok(summary)
+}
+
+/// Lists a sound cell's `warmup_end` and `drain_end` events whose detail no reader form
+/// matches (`protocol::unread_detail`): the report reads them as saying nothing, and
+/// warns; `check` names them here, one line each, with the text. They are not damage:
+/// the exit status does not change.
+fn unread_details(
+    dir: &std::path::Path,
+    key: tokentrace_schemas::layout::CellKey,
+    out: &mut impl Write,
+) -> anyhow::Result<()> {
+    use tokentrace_schemas::tables::Events;
+    let path = dir.join(tokentrace_schemas::layout::table_file::<Events>());
+    let events = tokentrace_schemas::reader::read_table::<Events>(&path)
+        .with_context(|| format!("cannot read {}", path.display()))?;
+    for e in events {
+        if tokentrace_schemas::protocol::unread_detail(e.kind, e.detail.as_deref()) {
+            writeln!(
+                out,
+                "note    {key}: its {} event at {} ns says `{}`, which no reader form matches: the report reads it as saying nothing, and warns",
+                e.kind.as_str(),
+                e.time_ns,
+                e.detail.unwrap_or_default()
+            )?;
+        }
+    }
+    Ok(())
 }
 
 /// Prints the run's digest (the one line to compare with a copy's); false when the

@@ -222,6 +222,20 @@ mod legacy {
     pub const TIMED_OUT: (&str, &str, &str) = ("drain timed out with ", " running, ", " waiting");
 }
 
+/// Whether a lifecycle event's `detail` is one this reader cannot read: a `warmup_end`
+/// or `drain_end` whose detail is neither the JSON form of [`Readiness`] or [`Drain`]
+/// nor an older recorder's text. Such an event is read as if it said nothing, so the
+/// reader names it (a warning, `check`) rather than let it pass unseen. Other kinds, and
+/// events without a detail, are never unreadable.
+pub fn unread_detail(kind: crate::tables::EventKind, detail: Option<&str>) -> bool {
+    use crate::tables::EventKind;
+    match (kind, detail) {
+        (EventKind::WarmupEnd, Some(d)) => Readiness::from_detail(d).is_none(),
+        (EventKind::DrainEnd, Some(d)) => Drain::from_detail(d).is_none(),
+        _ => false,
+    }
+}
+
 impl Readiness {
     /// The event detail to write.
     pub fn to_detail(&self) -> String {

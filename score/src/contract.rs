@@ -257,6 +257,7 @@ impl Warning {
             Warning::SuspectedLoop(_) => "suspected_loop",
             Warning::NoServerMetrics { .. } => "no_server_metrics",
             Warning::DrainIncomplete { .. } => "drain_incomplete",
+            Warning::UnreadEventDetail { .. } => "unread_event_detail",
             Warning::ColdPrefill { .. } => "cold_prefill",
             Warning::WarmPrefill { .. } => "warm_prefill",
             Warning::ScheduleLag { .. } => "schedule_lag",
@@ -311,6 +312,14 @@ pub enum Warning {
     NoServerMetrics { missing: Vec<String> },
     /// The drain barrier after the cell did not see an idle server.
     DrainIncomplete { detail: String },
+    /// A `warmup_end` or `drain_end` event whose detail no reader form matches: the
+    /// readiness or drain check it reports was not read, so a warm-up that gave up or a
+    /// drain that timed out would pass unseen. The event's kind, time (ns) and text.
+    UnreadEventDetail {
+        event: String,
+        time_ns: i64,
+        detail: String,
+    },
     /// Requests whose TTFT holds a cold prefill: less than `min_fraction` of their
     /// prompt was cached.
     ColdPrefill {

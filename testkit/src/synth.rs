@@ -123,6 +123,9 @@ pub struct DecodeSpec {
     /// The writer's batch and row-group sizes (small ones split a cell's tables into
     /// many row groups).
     pub limits: WriterLimits,
+    /// Lifecycle events of these kinds carry this detail (none by default, as a
+    /// recorder before details were written).
+    pub details: Vec<(EventKind, String)>,
 }
 
 impl DecodeSpec {
@@ -151,6 +154,7 @@ impl DecodeSpec {
             cold: None,
             buffered: None,
             limits: WriterLimits::default(),
+            details: Vec::new(),
         }
     }
 }
@@ -391,7 +395,11 @@ pub fn write_decode_cell(run: &Path, spec: &DecodeSpec) -> Result<CellMeta> {
             time_ns,
             kind,
             request_id: None,
-            detail: None,
+            detail: spec
+                .details
+                .iter()
+                .find(|(k, _)| *k == kind)
+                .map(|(_, d)| d.clone()),
         })?;
     }
     let mut chunks: Vec<(ChunkRow, String)> = Vec::new();

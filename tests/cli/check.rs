@@ -86,3 +86,76 @@ fn missing_manifest_is_an_error_naming_it_exit_2() {
     assert!(stderr.contains("manifest.json"), "{stderr}");
     assert!(out.stdout.is_empty());
 }
+
+/// A `warmup_end` whose detail no reader form matches is named by `check` (the run is
+/// still sound) and warned of by the report; an older recorder's text and the JSON form
+/// read as before, with no such line or warning.
+#[test]
+fn an_unreadable_event_detail_is_named() {
+    use tokentrace_analyzer::contract::Warning;
+    use tokentrace_schemas::protocol::{Drain, Readiness};
+    use tokentrace_schemas::tables::EventKind;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let run = dir.path();
+    let [odd, plain] = [keys()[0], keys()[1]];
+    let mut spec = synth::DecodeSpec::new(odd, 3_000);
+    spec.details = vec![
+        (
+            EventKind::WarmupEnd,
+            "warm-up gave up; window opened".into(),
+        ),
+        (EventKind::DrainEnd, "drained: 0 running, 0 waiting".into()),
+    ];
+    synth::write_decode_cell(run, &spec).expect("cell");
+    let mut spec = synth::DecodeSpec::new(plain, 3_000);
+    spec.details = vec![
+        (EventKind::WarmupEnd, Readiness::Ready.to_detail()),
+        (EventKind::DrainEnd, Drain::Drained.to_detail()),
+    ];
+    synth::write_decode_cell(run, &spec).expect("cell");
+    synth::manifest("e2e", &keys())
+        .write(run)
+        .expect("manifest");
+
+    let (summary, out) = check_in_process(run);
+    assert!(summary.sound(), "not damage: {out}");
+    let notes: Vec<&str> = out.lines().filter(|l| l.starts_with("note")).collect();
+    assert_eq!(
+        notes,
+        [
+            "note    decode context=512 concurrency=1: its warmup_end event at 0 ns says `warm-up gave up; window opened`, which no reader form matches: the report reads it as saying nothing, and warns"
+        ],
+        "{out}"
+    );
+
+    let s = tokentrace_analyzer::score_dir(
+        run,
+        &tokentrace_analyzer::RuleSet::builtin("default").expect("rules"),
+    )
+    .expect("scored");
+    let unread = |key: CellKey| -> Vec<Warning> {
+        s.cells
+            .iter()
+            .find(|c| c.key() == key)
+            .expect("cell")
+            .warnings
+            .iter()
+            .filter(|w| w.kind() == "unread_event_detail")
+            .cloned()
+            .collect()
+    };
+    assert_eq!(
+        unread(odd),
+        [Warning::UnreadEventDetail {
+            event: "warmup_end".into(),
+            time_ns: 0,
+            detail: "warm-up gave up; window opened".into(),
+        }]
+    );
+    assert_eq!(unread(plain), []);
+    let md = tokentrace_analyzer::report::render(&s, tokentrace_analyzer::report::Format::Markdown);
+    assert!(
+        md.contains("the `warmup_end` event at 0 s says `warm-up gave up; window opened`, which this reader cannot read: its warm-up check was not read"),
+        "{md}"
+    );
+}

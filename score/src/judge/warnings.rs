@@ -1,11 +1,11 @@
 //! The warning rules, one function each, from a decode cell's view and the rule set to
 //! what a reader should know that is not a verdict: suspected loops, missing server
 //! gauges, the recorder's own lag, a drain that timed out, and prefills that were not
-//! what the cell measures (cold in a decode cell, warm in a burst or rate cell), and
-//! streams the network re-chunked.
+//! what the cell measures (cold in a decode cell, warm in a burst or rate cell),
+//! streams the network re-chunked, and lifecycle events whose detail could not be read.
 
 use tokentrace_schemas::column::StrEnum;
-use tokentrace_schemas::protocol::Drain;
+use tokentrace_schemas::protocol::{self, Drain};
 use tokentrace_schemas::tables::EventKind;
 
 use super::measure::{first_token, is_cold, is_rechunked, ms, prompt_tokens, scored};
@@ -20,10 +20,11 @@ use crate::stats;
 pub type DecodeWarning = fn(&DecodeView, &RuleSet) -> Vec<Warning>;
 
 /// The warning rules of burst and rate cells, in the order their warnings are listed.
-pub const OPEN: [DecodeWarning; 7] = [
+pub const OPEN: [DecodeWarning; 8] = [
     suspected_loops,
     client_lag,
     drain_incomplete,
+    unread_event_detail,
     warm_prefill,
     content,
     connections,
@@ -33,10 +34,11 @@ pub const OPEN: [DecodeWarning; 7] = [
 /// Every conversation-cell warning rule but the cache's own (`talk::prefix_evicted`),
 /// in the order their warnings are listed: as burst and rate cells, but a conversation's
 /// warm prefixes are what it measures.
-pub const CONVERSATION: [DecodeWarning; 6] = [
+pub const CONVERSATION: [DecodeWarning; 7] = [
     suspected_loops,
     client_lag,
     drain_incomplete,
+    unread_event_detail,
     content,
     connections,
     rechunked,
@@ -45,10 +47,11 @@ pub const CONVERSATION: [DecodeWarning; 6] = [
 /// Every replay-cell warning rule, in the order their warnings are listed: as burst and
 /// rate cells, but a replay's cache hits are the workload's own sharing (its figures
 /// compare them), and its schedule is the workload's.
-pub const REPLAY: [DecodeWarning; 7] = [
+pub const REPLAY: [DecodeWarning; 8] = [
     suspected_loops,
     client_lag,
     drain_incomplete,
+    unread_event_detail,
     schedule_lag,
     content,
     connections,
@@ -56,11 +59,12 @@ pub const REPLAY: [DecodeWarning; 7] = [
 ];
 
 /// Every decode warning rule, in the order their warnings are listed.
-pub const DECODE: [DecodeWarning; 8] = [
+pub const DECODE: [DecodeWarning; 9] = [
     suspected_loops,
     no_server_metrics,
     client_lag,
     drain_incomplete,
+    unread_event_detail,
     cold_prefill,
     content,
     connections,
@@ -211,6 +215,22 @@ pub fn drain_incomplete(v: &DecodeView, _: &RuleSet) -> Vec<Warning> {
             detail: d.to_string(),
         })
         .into_iter()
+        .collect()
+}
+
+/// The cell's `warmup_end` and `drain_end` events whose detail this reader cannot read
+/// ([`protocol::unread_detail`]): the warm-up and drain checks read them as saying
+/// nothing, so each is named, with its text, rather than let the cell pass as Valid
+/// without a word.
+pub fn unread_event_detail(v: &DecodeView, _: &RuleSet) -> Vec<Warning> {
+    v.events
+        .iter()
+        .filter(|e| protocol::unread_detail(e.kind, e.detail.as_deref()))
+        .map(|e| Warning::UnreadEventDetail {
+            event: e.kind.as_str().to_string(),
+            time_ns: e.time_ns,
+            detail: e.detail.clone().unwrap_or_default(),
+        })
         .collect()
 }
 

@@ -426,6 +426,20 @@ pub(crate) fn cell_notes(c: &CellScore) -> Vec<String> {
             Warning::DrainIncomplete { detail } => {
                 format!("warning: the server did not drain after the cell ({detail})")
             }
+            Warning::UnreadEventDetail {
+                event,
+                time_ns,
+                detail,
+            } => format!(
+                "warning: the `{event}` event at {} s says `{}`, which this reader cannot read: its {} check was not read, so a failed one would not show",
+                g(*time_ns as f64 / 1e9),
+                detail.chars().take(200).collect::<String>(),
+                if event == "warmup_end" {
+                    "warm-up"
+                } else {
+                    "drain"
+                }
+            ),
             Warning::ColdPrefill {
                 requests,
                 more,
