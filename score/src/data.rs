@@ -7,6 +7,8 @@ use std::collections::BTreeMap;
 use tokentrace_schemas::layout::CellKey;
 use tokentrace_schemas::tables::{EndReason, EventKind, Role};
 
+use crate::column::Column;
+
 /// One request's lifecycle (from `requests`).
 #[derive(Debug, Clone)]
 pub struct RequestInfo {
@@ -118,12 +120,12 @@ pub struct Loaded {
     pub requests: BTreeMap<CellKey, Vec<RequestInfo>>,
     pub tokens: BTreeMap<i64, TokenAgg>,
     /// Per cell: gaps (ns) between consecutive token events of a request, the later one
-    /// inside the window.
-    pub gaps: BTreeMap<CellKey, Vec<i64>>,
+    /// inside the window, in bounded memory ([`Column`]).
+    pub gaps: BTreeMap<CellKey, Column>,
     /// Per cell: whose those gaps are, in their order: (request id, how many of them).
     pub gap_owners: BTreeMap<CellKey, Vec<(i64, usize)>>,
     /// Per cell: the recorder's queueing delay (ns) of every event inside the window.
-    pub queue_delays: BTreeMap<CellKey, Vec<i64>>,
+    pub queue_delays: BTreeMap<CellKey, Column>,
     pub events: BTreeMap<CellKey, Vec<EventInfo>>,
     /// Per decode cell: (window_open, window_close); absent when the cell has no window.
     pub windows: BTreeMap<CellKey, (i64, i64)>,
@@ -144,4 +146,14 @@ pub struct Loaded {
     /// Per decode cell: its token events in time order, (arrival ns, tokens); loaded
     /// only for the HTML page's drill-down traces (`read::cell` with `traces`).
     pub timelines: BTreeMap<CellKey, Vec<(i64, i64)>>,
+    /// Values of a per-token column held in memory before the rest go to a temporary
+    /// file (`None`: [`crate::column::MEMORY_VALUES`]; the tests make it small).
+    pub memory_values: Option<usize>,
+}
+
+impl Loaded {
+    /// An empty column of this load's memory limit.
+    pub fn column(&self) -> Column {
+        Column::with_limit(self.memory_values.unwrap_or(crate::column::MEMORY_VALUES))
+    }
 }

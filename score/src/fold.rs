@@ -124,14 +124,24 @@ impl<'o> ChunkFold<'o> {
         };
         if let Some(key) = self.owner.get(&id) {
             if !o.delays.is_empty() {
-                out.queue_delays.entry(*key).or_default().extend(o.delays);
+                if !out.queue_delays.contains_key(key) {
+                    out.queue_delays.insert(*key, out.column());
+                }
+                if let Some(c) = out.queue_delays.get_mut(key) {
+                    c.extend(o.delays);
+                }
             }
             if !o.gaps.is_empty() {
                 out.gap_owners
                     .entry(*key)
                     .or_default()
                     .push((id, o.gaps.len()));
-                out.gaps.entry(*key).or_default().extend(o.gaps);
+                if !out.gaps.contains_key(key) {
+                    out.gaps.insert(*key, out.column());
+                }
+                if let Some(c) = out.gaps.get_mut(key) {
+                    c.extend(o.gaps);
+                }
             }
         }
         o.agg.finish(id, out);

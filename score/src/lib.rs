@@ -4,6 +4,7 @@
 //! build that data one way: a committed cell folder read back by [`read`], its rows
 //! reduced by [`fold`].
 
+pub mod column;
 pub mod contract;
 pub mod data;
 pub mod error;

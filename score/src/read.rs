@@ -122,6 +122,17 @@ pub fn cell(
         }
     }
     f.finish(out);
+    for column in [out.gaps.get(&key), out.queue_delays.get(&key)]
+        .into_iter()
+        .flatten()
+    {
+        if let Some(e) = column.failed() {
+            return Err(tokentrace_schemas::Error::io(
+                &path,
+                std::io::Error::other(e),
+            ));
+        }
+    }
     if timelines {
         timeline.sort_unstable();
         out.timelines.insert(key, timeline);

@@ -12,14 +12,19 @@ pub fn sorted(mut v: Vec<f64>) -> Vec<f64> {
 
 /// Median of sorted values; `None` when empty.
 pub fn median(sorted: &[f64], method: MedianMethod) -> Option<f64> {
-    let n = sorted.len();
+    median_by(sorted.len(), &|i| sorted[i], method)
+}
+
+/// Median of `n` values of which `at(i)` gives the one at rank `i` (0-based, in
+/// ascending order); `None` when `n` is 0. It asks only for the ranks it needs.
+pub fn median_by(n: usize, at: &dyn Fn(usize) -> f64, method: MedianMethod) -> Option<f64> {
     if n == 0 {
         return None;
     }
     if n % 2 == 1 {
-        return Some(sorted[n / 2]);
+        return Some(at(n / 2));
     }
-    let (lo, hi) = (sorted[n / 2 - 1], sorted[n / 2]);
+    let (lo, hi) = (at(n / 2 - 1), at(n / 2));
     Some(match method {
         MedianMethod::Midpoint => lo + (hi - lo) / 2.0,
         MedianMethod::Lower => lo,
@@ -29,7 +34,17 @@ pub fn median(sorted: &[f64], method: MedianMethod) -> Option<f64> {
 
 /// The `p`-th percentile (0–100) of sorted values; `None` when empty.
 pub fn percentile(sorted: &[f64], p: f64, method: PercentileMethod) -> Option<f64> {
-    let n = sorted.len();
+    percentile_by(sorted.len(), p, method, &|i| sorted[i])
+}
+
+/// The `p`-th percentile (0–100) of `n` values of which `at(i)` gives the one at rank
+/// `i`, as [`median_by`]; `None` when `n` is 0.
+pub fn percentile_by(
+    n: usize,
+    p: f64,
+    method: PercentileMethod,
+    at: &dyn Fn(usize) -> f64,
+) -> Option<f64> {
     if n == 0 {
         return None;
     }
@@ -40,13 +55,14 @@ pub fn percentile(sorted: &[f64], p: f64, method: PercentileMethod) -> Option<f6
             let lo = pos.floor() as usize;
             let hi = pos.ceil() as usize;
             let frac = pos - lo as f64;
-            sorted[lo] + (sorted[hi] - sorted[lo]) * frac
+            let low = at(lo);
+            low + (at(hi) - low) * frac
         }
         PercentileMethod::NearestRank => {
             let rank = (q * n as f64).ceil() as usize;
-            sorted[rank.clamp(1, n) - 1]
+            at(rank.clamp(1, n) - 1)
         }
-        PercentileMethod::Lower => sorted[(q * (n - 1) as f64).floor() as usize],
+        PercentileMethod::Lower => at((q * (n - 1) as f64).floor() as usize),
     })
 }
 

@@ -119,6 +119,18 @@ pub fn score_run(
     rules: &RuleSet,
     traces: bool,
 ) -> Result<(Scoring, BTreeMap<CellKey, CellTrace>)> {
+    score_run_with(run, rules, traces, None)
+}
+
+/// [`score_run`], with each cell's per-token columns holding at most `memory_values`
+/// values in memory before the rest go to a temporary file (`None`: the default, 8
+/// MiB a column). The tests make it small to score through the bounded path.
+pub fn score_run_with(
+    run: &Run,
+    rules: &RuleSet,
+    traces: bool,
+    memory_values: Option<usize>,
+) -> Result<(Scoring, BTreeMap<CellKey, CellTrace>)> {
     if let Some(imported) = &run.manifest.imported {
         return Ok((self::imported(run, imported), BTreeMap::new()));
     }
@@ -128,7 +140,10 @@ pub fn score_run(
     let complete: Vec<(CellKey, &Path)> = run.complete_cells().collect();
     // A cell whose pages fail to decode gives the error as its reason to be incomplete.
     let load = |key: CellKey, dir: &Path| {
-        let mut loaded = tokentrace_score::data::Loaded::default();
+        let mut loaded = tokentrace_score::data::Loaded {
+            memory_values,
+            ..Default::default()
+        };
         stages::time(Stage::Load, || {
             tokentrace_score::read::cell(dir, key, &series, traces, &mut loaded)
         })

@@ -6,6 +6,7 @@ use tokentrace_schemas::Phase;
 use tokentrace_schemas::tables::EndReason;
 
 use super::view::{DecodeView, PrefillView, Stream};
+use crate::column;
 use crate::contract::{Figures, Summary, Verdict};
 use crate::data::{RequestInfo, TokenAgg};
 use crate::rules::{ActiveSource, FirstToken, PerRequest, RuleSet, TbtDenominator};
@@ -17,19 +18,61 @@ pub fn ms(ns: i64) -> f64 {
 
 pub fn summary(values: Vec<f64>, rules: &RuleSet) -> Summary {
     let v = stats::sorted(values);
+    summary_by(v.len(), &|i| v[i], rules)
+}
+
+/// The summary of `n` values of which `at(i)` gives the one at rank `i` (ascending).
+fn summary_by(n: usize, at: &dyn Fn(usize) -> f64, rules: &RuleSet) -> Summary {
     Summary {
-        n: v.len(),
-        median: stats::median(&v, rules.stats.median),
+        n,
+        median: stats::median_by(n, at, rules.stats.median),
         percentiles: rules
             .stats
             .percentiles
             .iter()
             .filter_map(|p| {
-                stats::percentile(&v, *p, rules.stats.percentile).map(|x| (format!("p{p}"), x))
+                stats::percentile_by(n, *p, rules.stats.percentile, at)
+                    .map(|x| (format!("p{p}"), x))
             })
             .collect(),
-        max: v.last().copied(),
+        max: (n > 0).then(|| at(n - 1)),
     }
+}
+
+/// The ranks (ascending order, 0-based) a summary of `n` values reads under the rules.
+fn summary_ranks(n: usize, rules: &RuleSet) -> Vec<usize> {
+    let wanted = std::cell::RefCell::new(Vec::new());
+    summary_by(
+        n,
+        &|i| {
+            wanted.borrow_mut().push(i);
+            0.0
+        },
+        rules,
+    );
+    wanted.into_inner()
+}
+
+/// The summary, in ms, of the ns values a scan gives (of extent `e`), taken exactly
+/// from a few passes over them ([`column::select`]) rather than from a sorted copy: the
+/// same figures as [`summary`] of the same values as ms. A scan that fails to read
+/// (the column's temporary file) leaves the count and nothing else.
+pub fn summary_ns(scan: &column::Scan<'_>, e: Option<column::Extent>, rules: &RuleSet) -> Summary {
+    let Some(e) = e else {
+        return summary(Vec::new(), rules);
+    };
+    match column::select(scan, e, &summary_ranks(e.n, rules)) {
+        Ok(got) => summary_by(e.n, &|i| got.get(&i).map_or(f64::NAN, |v| ms(*v)), rules),
+        Err(_) => Summary {
+            n: e.n,
+            ..Summary::default()
+        },
+    }
+}
+
+/// The summary, in ms, of a column of ns values (see [`summary_ns`]).
+pub fn column_summary(c: &column::Column, rules: &RuleSet) -> Summary {
+    summary_ns(&|f| c.scan(f), c.extent(), rules)
 }
 
 /// The first token's arrival under the TTFT rule.
@@ -81,9 +124,9 @@ pub fn latency_excluded(a: &TokenAgg, rules: &RuleSet) -> bool {
     rules.network.rechunk_excludes_latency && is_rechunked(a, rules)
 }
 
-/// The gaps between token events that the figures take: all of them, less those of the
-/// requests [`latency_excluded`] leaves out.
-fn latency_gaps(v: &DecodeView, rules: &RuleSet) -> Vec<f64> {
+/// The summary of the gaps between token events that the figures take: all of them,
+/// less those of the requests [`latency_excluded`] leaves out.
+fn latency_gaps(v: &DecodeView, rules: &RuleSet) -> Summary {
     let out: std::collections::BTreeSet<i64> = v
         .streams
         .iter()
@@ -91,18 +134,32 @@ fn latency_gaps(v: &DecodeView, rules: &RuleSet) -> Vec<f64> {
         .map(|s| s.info.request_id)
         .collect();
     if out.is_empty() {
-        return v.gaps.iter().map(|x| ms(*x)).collect();
+        return column_summary(v.gaps, rules);
     }
-    let mut kept = Vec::with_capacity(v.gaps.len());
-    let mut at = 0;
-    for &(id, n) in v.gap_owners {
-        let end = (at + n).min(v.gaps.len());
-        if !out.contains(&id) {
-            kept.extend(v.gaps[at..end].iter().map(|x| ms(*x)));
-        }
-        at = end;
+    // The column in runs of each request's gaps: those of a left-out request are
+    // skipped (and any past the last run, as the runs account for every gap).
+    let runs: Vec<(bool, usize)> = v
+        .gap_owners
+        .iter()
+        .map(|(id, n)| (!out.contains(id), *n))
+        .collect();
+    let scan = |f: &mut dyn FnMut(i64)| {
+        let mut runs = runs.iter();
+        let (mut keep, mut left) = (false, 0usize);
+        v.gaps.scan(&mut |x| {
+            while left == 0 {
+                (keep, left) = runs.next().copied().unwrap_or((false, usize::MAX));
+            }
+            left -= 1;
+            if keep {
+                f(x);
+            }
+        })
+    };
+    match column::Extent::of(&scan) {
+        Ok(e) => summary_ns(&scan, e, rules),
+        Err(_) => Summary::default(),
     }
-    kept
 }
 
 /// The streams the per-request figures are taken over: those in the request scope that
@@ -252,7 +309,7 @@ pub fn decode(v: &DecodeView, rules: &RuleSet) -> Figures {
         _ => summary(rate, rules),
     };
     f.e2e_latency_ms = summary(e2e, rules);
-    f.itl_ms = summary(latency_gaps(v, rules), rules);
+    f.itl_ms = latency_gaps(v, rules);
     f.completed_requests = v
         .streams
         .iter()

@@ -7,6 +7,7 @@ use tokentrace_schemas::layout::CellKey;
 use tokentrace_schemas::protocol::LATE_TICK_MS;
 use tokentrace_schemas::tables::Role;
 
+use crate::column::{self, Column};
 use crate::data::{EventInfo, Loaded, RequestInfo, Sample, TickCounts, TokenAgg};
 
 use crate::loops::{self, Repetition};
@@ -130,11 +131,11 @@ pub struct DecodeView<'a> {
     /// The recorder's tick counts per second over the whole cell.
     pub tick_counts: &'a [TickCounts],
     /// Gaps between consecutive token events inside the window, ns.
-    pub gaps: &'a [i64],
+    pub gaps: &'a Column,
     /// Whose those gaps are, in their order: (request id, how many).
     pub gap_owners: &'a [(i64, usize)],
     /// How long read chunks waited before the recorder parsed them, ns.
-    pub queue_delays: &'a [i64],
+    pub queue_delays: &'a Column,
     /// Repetitions of at least the shorter of the loop and suspect spans, per stream
     /// and channel the loop rules look at.
     pub repeats: Vec<Repeats<'a>>,
@@ -212,17 +213,13 @@ impl<'a> DecodeView<'a> {
                 .get(&key)
                 .map(Vec::as_slice)
                 .unwrap_or(&[]),
-            gaps: loaded.gaps.get(&key).map(Vec::as_slice).unwrap_or(&[]),
+            gaps: loaded.gaps.get(&key).unwrap_or(&column::EMPTY),
             gap_owners: loaded
                 .gap_owners
                 .get(&key)
                 .map(Vec::as_slice)
                 .unwrap_or(&[]),
-            queue_delays: loaded
-                .queue_delays
-                .get(&key)
-                .map(Vec::as_slice)
-                .unwrap_or(&[]),
+            queue_delays: loaded.queue_delays.get(&key).unwrap_or(&column::EMPTY),
             streams,
             repeats,
             gpu: loaded.gpu.get(&key).map(Vec::as_slice).unwrap_or(&[]),

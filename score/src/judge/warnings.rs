@@ -170,15 +170,29 @@ pub fn no_server_metrics(v: &DecodeView, _: &RuleSet) -> Vec<Warning> {
     }
 }
 
+/// The `p`-th percentile of the cell's queueing delays, ms, taken exactly from the
+/// column (`None` when it has none, or its temporary file could not be read).
+fn queue_delay_percentile(v: &DecodeView, p: f64, rules: &RuleSet) -> Option<f64> {
+    let e = v.queue_delays.extent()?;
+    let method = rules.stats.percentile;
+    let wanted = std::cell::RefCell::new(Vec::new());
+    stats::percentile_by(e.n, p, method, &|i| {
+        wanted.borrow_mut().push(i);
+        0.0
+    });
+    let got = v.queue_delays.select(&wanted.into_inner()).ok()?;
+    stats::percentile_by(e.n, p, method, &|i| {
+        got.get(&i).map_or(f64::NAN, |x| ms(*x))
+    })
+}
+
 /// The recorder lagged: more than the rule's share of its ticks were late (sustained
 /// lag; one late tick is only in the figures), or, for runs without tick counts, its
 /// latest tick was beyond the limit; or chunks waited to be parsed beyond the limit.
 pub fn client_lag(v: &DecodeView, rules: &RuleSet) -> Vec<Warning> {
     let lag = &rules.client_lag;
     let tick_max = v.tick_lateness_max_ms();
-    let queue_p99 = (!v.queue_delays.is_empty())
-        .then(|| stats::sorted(v.queue_delays.iter().map(|x| ms(*x)).collect()))
-        .and_then(|d| stats::percentile(&d, 99.0, rules.stats.percentile));
+    let queue_p99 = queue_delay_percentile(v, 99.0, rules);
     let share = lag
         .late_tick_ms
         .zip(lag.late_tick_share_max)

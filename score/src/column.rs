@@ -1,0 +1,461 @@
+//! A cell's per-token values (gaps between token events, queueing delays) held in
+//! bounded memory: appended in order, kept in memory up to a limit and written to an
+//! unnamed temporary file beyond it; exact order statistics by radix selection.
+//!
+//! Selection takes a few passes over the values: each pass counts the values of the
+//! interval that holds a wanted rank in 65,536 buckets, and keeps the bucket holding
+//! it, until the interval is one value wide or holds few enough values to sort. The
+//! result is the value a sort of the whole column would put at that rank.
+
+use std::collections::BTreeMap;
+use std::io::{Read, Seek, SeekFrom, Write};
+use std::sync::Mutex;
+
+/// Values a column holds in memory before it writes them to its file (8 MiB).
+pub const MEMORY_VALUES: usize = 1 << 20;
+
+/// Buckets of one counting pass.
+const BUCKETS: usize = 1 << 16;
+
+/// An interval with at most this many values is gathered and sorted.
+const GATHER: u64 = 1 << 16;
+
+/// Values read from the file at a time.
+const READ_VALUES: usize = 1 << 16;
+
+/// An append-only column of `i64`, exact order statistics in bounded memory.
+pub struct Column {
+    /// The values not yet written to the file (all of them while it has none).
+    memory: Vec<i64>,
+    /// The unnamed file holding the values before `memory`, and how many.
+    file: Option<Mutex<std::fs::File>>,
+    in_file: usize,
+    limit: usize,
+    min: i64,
+    max: i64,
+    /// The first error writing the file: the column's values are then incomplete.
+    failed: Option<String>,
+}
+
+impl Default for Column {
+    fn default() -> Self {
+        Column::with_limit(MEMORY_VALUES)
+    }
+}
+
+impl std::fmt::Debug for Column {
+    /// The values in order (what the tests compare two loads by).
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let mut values = Vec::new();
+        let read = self.scan(&mut |v| values.push(v));
+        match read {
+            Ok(()) => f.debug_list().entries(values).finish(),
+            Err(e) => write!(f, "<unreadable column: {e}>"),
+        }
+    }
+}
+
+/// A column with no values (what a cell without gaps or delays reads).
+pub static EMPTY: Column = Column {
+    memory: Vec::new(),
+    file: None,
+    in_file: 0,
+    limit: 1,
+    min: i64::MAX,
+    max: i64::MIN,
+    failed: None,
+};
+
+impl Column {
+    /// A column holding at most `limit` values in memory (at least one).
+    pub fn with_limit(limit: usize) -> Self {
+        Column {
+            memory: Vec::new(),
+            file: None,
+            in_file: 0,
+            limit: limit.max(1),
+            min: i64::MAX,
+            max: i64::MIN,
+            failed: None,
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        self.in_file + self.memory.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Appends `v`; past the memory limit, the values in memory go to the file.
+    pub fn push(&mut self, v: i64) {
+        self.min = self.min.min(v);
+        self.max = self.max.max(v);
+        self.memory.push(v);
+        if self.memory.len() >= self.limit {
+            self.spill();
+        }
+    }
+
+    pub fn extend(&mut self, values: impl IntoIterator<Item = i64>) {
+        for v in values {
+            self.push(v);
+        }
+    }
+
+    fn spill(&mut self) {
+        if self.failed.is_some() {
+            self.memory.clear();
+            return;
+        }
+        let written = (|| -> std::io::Result<()> {
+            if self.file.is_none() {
+                self.file = Some(Mutex::new(tempfile::tempfile()?));
+            }
+            let Some(file) = &self.file else {
+                return Ok(());
+            };
+            let mut file = file
+                .lock()
+                .map_err(|_| std::io::Error::other("a reader of the column panicked"))?;
+            file.seek(SeekFrom::End(0))?;
+            let mut bytes = Vec::with_capacity(self.memory.len() * 8);
+            for v in &self.memory {
+                bytes.extend_from_slice(&v.to_le_bytes());
+            }
+            file.write_all(&bytes)
+        })();
+        match written {
+            Ok(()) => self.in_file += self.memory.len(),
+            Err(e) => {
+                self.failed = Some(format!("cannot write a temporary file: {e}"));
+            }
+        }
+        self.memory.clear();
+    }
+
+    /// The error that left the column incomplete, if writing its file failed.
+    pub fn failed(&self) -> Option<&str> {
+        self.failed.as_deref()
+    }
+
+    /// Calls `f` with every value, in the order they were appended.
+    pub fn scan(&self, f: &mut dyn FnMut(i64)) -> std::io::Result<()> {
+        if let Some(e) = &self.failed {
+            return Err(std::io::Error::other(e.clone()));
+        }
+        if let Some(file) = &self.file {
+            let mut file = file
+                .lock()
+                .map_err(|_| std::io::Error::other("a reader of the column panicked"))?;
+            file.seek(SeekFrom::Start(0))?;
+            let mut buf = vec![0u8; READ_VALUES * 8];
+            let mut left = self.in_file;
+            while left > 0 {
+                let n = left.min(READ_VALUES);
+                file.read_exact(&mut buf[..n * 8])?;
+                for b in buf[..n * 8].chunks_exact(8) {
+                    let mut v = [0u8; 8];
+                    v.copy_from_slice(b);
+                    f(i64::from_le_bytes(v));
+                }
+                left -= n;
+            }
+        }
+        for v in &self.memory {
+            f(*v);
+        }
+        Ok(())
+    }
+
+    /// The count, least and greatest value (`None` when empty).
+    pub fn extent(&self) -> Option<Extent> {
+        (!self.is_empty()).then_some(Extent {
+            n: self.len(),
+            min: self.min,
+            max: self.max,
+        })
+    }
+
+    /// The values at `ranks` (0-based, ascending order) as a sort of the column would
+    /// place them.
+    pub fn select(&self, ranks: &[usize]) -> std::io::Result<BTreeMap<usize, i64>> {
+        match (self.extent(), &self.file) {
+            (None, _) => Ok(BTreeMap::new()),
+            (Some(_), None) => {
+                let mut sorted = self.memory.clone();
+                sorted.sort_unstable();
+                Ok(ranks
+                    .iter()
+                    .filter_map(|&r| sorted.get(r).map(|v| (r, *v)))
+                    .collect())
+            }
+            (Some(e), Some(_)) => select(&|f| self.scan(f), e, ranks),
+        }
+    }
+}
+
+/// Something that calls its argument with each of a column's values in order (or
+/// fails to read them).
+pub type Scan<'a> = dyn Fn(&mut dyn FnMut(i64)) -> std::io::Result<()> + 'a;
+
+/// How many values a scan gives, and their least and greatest.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Extent {
+    pub n: usize,
+    pub min: i64,
+    pub max: i64,
+}
+
+impl Extent {
+    /// The extent of the values a scan gives (one pass); `None` when it gives none.
+    pub fn of(scan: &Scan<'_>) -> std::io::Result<Option<Self>> {
+        let mut e = Extent {
+            n: 0,
+            min: i64::MAX,
+            max: i64::MIN,
+        };
+        scan(&mut |v| {
+            e.n += 1;
+            e.min = e.min.min(v);
+            e.max = e.max.max(v);
+        })?;
+        Ok((e.n > 0).then_some(e))
+    }
+}
+
+/// One wanted rank being narrowed: the values of `[lo, hi]` hold it; `below` values
+/// are less than `lo` and `count` lie in the interval.
+#[derive(Debug, Clone, Copy)]
+struct Target {
+    rank: u64,
+    lo: i64,
+    hi: i64,
+    below: u64,
+    count: u64,
+}
+
+/// The values at `ranks` of what `scan` gives (whose extent is `e`) in ascending order,
+/// exactly, in passes over `scan` that each hold at most 65,536 counters or values per
+/// interval being narrowed. Ranks at or past `e.n` are left out.
+pub fn select(
+    scan: &Scan<'_>,
+    e: Extent,
+    ranks: &[usize],
+) -> std::io::Result<BTreeMap<usize, i64>> {
+    let mut found = BTreeMap::new();
+    let mut targets: Vec<Target> = ranks
+        .iter()
+        .filter(|&&r| r < e.n)
+        .map(|&r| Target {
+            rank: r as u64,
+            lo: e.min,
+            hi: e.max,
+            below: 0,
+            count: e.n as u64,
+        })
+        .collect();
+    targets.sort_by_key(|t| t.rank);
+    targets.dedup_by_key(|t| t.rank);
+    loop {
+        targets.retain(|t| {
+            if t.lo == t.hi {
+                found.insert(t.rank as usize, t.lo);
+                false
+            } else {
+                true
+            }
+        });
+        if targets.is_empty() {
+            return Ok(found);
+        }
+        // The distinct intervals still to narrow; each pass counts (or gathers) them all.
+        let mut intervals: Vec<(i64, i64, u64)> =
+            targets.iter().map(|t| (t.lo, t.hi, t.count)).collect();
+        intervals.sort_unstable();
+        intervals.dedup();
+        let mut passes: Vec<Pass> = intervals
+            .iter()
+            .map(|&(lo, hi, count)| Pass::new(lo, hi, count))
+            .collect();
+        scan(&mut |v| {
+            for p in passes.iter_mut() {
+                p.add(v);
+            }
+        })?;
+        for p in &mut passes {
+            if let Some(values) = &mut p.values {
+                values.sort_unstable();
+            }
+        }
+        for t in &mut targets {
+            let Some(p) = passes.iter().find(|p| p.lo == t.lo && p.hi == t.hi) else {
+                continue;
+            };
+            p.narrow(t);
+        }
+    }
+}
+
+/// One pass over one interval: its values gathered when few, else counted per bucket.
+struct Pass {
+    lo: i64,
+    hi: i64,
+    /// Bucket width (values per bucket) when counting.
+    width: u128,
+    counts: Vec<u64>,
+    values: Option<Vec<i64>>,
+}
+
+impl Pass {
+    fn new(lo: i64, hi: i64, count: u64) -> Self {
+        let span = (i128::from(hi) - i128::from(lo) + 1) as u128;
+        let gather = count <= GATHER;
+        let width = span.div_ceil(BUCKETS as u128).max(1);
+        Pass {
+            lo,
+            hi,
+            width,
+            counts: if gather {
+                Vec::new()
+            } else {
+                vec![0; span.div_ceil(width) as usize]
+            },
+            values: gather.then(|| Vec::with_capacity(count as usize)),
+        }
+    }
+
+    fn add(&mut self, v: i64) {
+        if v < self.lo || v > self.hi {
+            return;
+        }
+        match &mut self.values {
+            Some(values) => values.push(v),
+            None => {
+                let b = ((i128::from(v) - i128::from(self.lo)) as u128 / self.width) as usize;
+                if let Some(c) = self.counts.get_mut(b) {
+                    *c += 1;
+                }
+            }
+        }
+    }
+
+    /// Narrows `t` to the bucket holding its rank, or settles it from the gathered
+    /// values (sorted).
+    fn narrow(&self, t: &mut Target) {
+        let within = t.rank - t.below;
+        if let Some(values) = &self.values {
+            let v = values.get(within as usize).copied().unwrap_or(t.hi);
+            (t.lo, t.hi) = (v, v);
+            return;
+        }
+        let mut before = 0u64;
+        for (b, &c) in self.counts.iter().enumerate() {
+            if within < before + c {
+                let lo = i128::from(self.lo) + (b as i128) * self.width as i128;
+                let hi = (lo + self.width as i128 - 1).min(i128::from(self.hi));
+                // Inside [self.lo, self.hi], so both fit an i64.
+                t.lo = i64::try_from(lo).unwrap_or(self.lo);
+                t.hi = i64::try_from(hi).unwrap_or(self.hi);
+                t.below += before;
+                t.count = c;
+                return;
+            }
+            before += c;
+        }
+        // The counts hold every value of the interval, so the rank was found above.
+        (t.lo, t.hi) = (self.hi, self.hi);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A small deterministic generator (xorshift), so the tests need no crate.
+    fn rng(seed: u64) -> impl FnMut() -> u64 {
+        let mut x = seed.max(1);
+        move || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        }
+    }
+
+    fn check(values: &[i64], limit: usize) {
+        let mut c = Column::with_limit(limit);
+        c.extend(values.iter().copied());
+        let mut sorted = values.to_vec();
+        sorted.sort_unstable();
+        let n = sorted.len();
+        let mut ranks: Vec<usize> = vec![0, n / 2, n.saturating_sub(1), n * 9 / 10, n * 99 / 100];
+        ranks.extend([n / 2 + 1, n * 999 / 1000, 1, n.saturating_sub(2)]);
+        ranks.retain(|r| *r < n);
+        let got = c.select(&ranks).expect("selects");
+        for r in ranks {
+            assert_eq!(
+                got.get(&r),
+                Some(&sorted[r]),
+                "rank {r} of {n} (limit {limit})"
+            );
+        }
+        let mut back = Vec::new();
+        c.scan(&mut |v| back.push(v)).expect("scans");
+        assert_eq!(back, values, "scan gives the values in order");
+    }
+
+    #[test]
+    fn selection_equals_a_sort_on_random_constant_and_heavy_tailed_values() {
+        let mut next = rng(7);
+        let random: Vec<i64> = (0..200_000).map(|_| next() as i64).collect();
+        let constant = vec![10_000_000i64; 150_000];
+        // Heavy-tailed: mostly 10 ms with a few µs of jitter, 1% of stalls up to 30 s.
+        let heavy: Vec<i64> = (0..300_000)
+            .map(|_| {
+                let r = next();
+                if r.is_multiple_of(100) {
+                    (r % 30_000_000_000) as i64
+                } else {
+                    10_000_000 + (r % 5_000) as i64
+                }
+            })
+            .collect();
+        let extremes: Vec<i64> = (0..100_000)
+            .map(|i| match i % 3 {
+                0 => i64::MIN + i,
+                1 => i64::MAX - i,
+                _ => i,
+            })
+            .collect();
+        let two_values: Vec<i64> = (0..120_000)
+            .map(|i| if i % 7 == 0 { -3 } else { 5 })
+            .collect();
+        for values in [&random, &constant, &heavy, &extremes, &two_values] {
+            for limit in [1_000, 65_537, MEMORY_VALUES] {
+                check(values, limit);
+            }
+        }
+        check(&[], 4);
+        check(&[42], 1);
+        check(&[3, -1, 2], 1);
+    }
+
+    #[test]
+    fn a_column_beyond_its_limit_holds_only_the_limit_in_memory() {
+        let mut c = Column::with_limit(100);
+        c.extend(0..1_050);
+        assert_eq!(c.len(), 1_050);
+        assert!(c.memory.len() < 100);
+        assert_eq!(c.in_file, 1_000);
+        assert_eq!(
+            c.extent(),
+            Some(Extent {
+                n: 1_050,
+                min: 0,
+                max: 1_049
+            })
+        );
+    }
+}
