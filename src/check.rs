@@ -152,6 +152,10 @@ fn unread_details(
 ) -> anyhow::Result<()> {
     use tokentrace_schemas::tables::Events;
     let path = dir.join(tokentrace_schemas::layout::table_file::<Events>());
+    if !path.exists() {
+        // An imported cell holds figures, not a trace: no events to read.
+        return Ok(());
+    }
     let events = tokentrace_schemas::reader::read_table::<Events>(&path)
         .with_context(|| format!("cannot read {}", path.display()))?;
     for e in events {

@@ -8,6 +8,7 @@ use tokentrace_schemas::layout::CellKey;
 use tokentrace_schemas::tables::{EndReason, EventKind, Role};
 
 use crate::column::Column;
+use crate::rules::Channel;
 
 /// One request's lifecycle (from `requests`).
 #[derive(Debug, Clone)]
@@ -134,8 +135,15 @@ pub struct Loaded {
     /// Per cell: the recorder's tick counts per second, in time order (runs recorded
     /// before the recorder counted late ticks have none).
     pub tick_counts: BTreeMap<CellKey, Vec<TickCounts>>,
-    /// Per request: (content, reasoning) text in stream order, for requests with text.
+    /// Per request: (content, reasoning) text in stream order, for requests with text
+    /// (with [`Loaded::text_rules`], only those whose text the loop evidence quotes).
     pub text: BTreeMap<i64, (String, String)>,
+    /// The rules the text rules read each request's text by as its last row comes
+    /// ([`Loaded::said`]), after which the text is dropped; `None`: every text is kept
+    /// whole and read when the cell is judged (the same findings).
+    pub text_rules: Option<crate::rules::RuleSet>,
+    /// With `text_rules`: per request with something found, what the text rules read.
+    pub said: BTreeMap<i64, Said>,
     /// Per cell with GPU telemetry: its `gpu` rows in time order (cells recorded
     /// without NVML have none).
     pub gpu: BTreeMap<CellKey, Vec<tokentrace_schemas::tables::GpuRow>>,
@@ -155,5 +163,27 @@ impl Loaded {
     /// An empty column of this load's memory limit.
     pub fn column(&self) -> Column {
         Column::with_limit(self.memory_values.unwrap_or(crate::column::MEMORY_VALUES))
+    }
+}
+
+/// What the text rules found in one request's text ([`crate::said`]); empty for most
+/// requests.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Said {
+    /// Per channel the loop rules search (in channel order): the repetitions of at
+    /// least the shorter of the loop and suspect spans (channels without any are left
+    /// out). The text is kept where this is not empty (the evidence quotes it).
+    pub repeats: Vec<(Channel, Vec<crate::loops::Repetition>)>,
+    /// The channels whose share of letters foreign to the allowed scripts is over the
+    /// rule's: (channel, what was found, an excerpt from the first such letter).
+    pub script_mix: Vec<(Channel, String, String)>,
+    /// The answer's last characters, for a request that stopped before its
+    /// `max_tokens`.
+    pub tail: Option<String>,
+}
+
+impl Said {
+    pub fn is_empty(&self) -> bool {
+        self.repeats.is_empty() && self.script_mix.is_empty() && self.tail.is_none()
     }
 }

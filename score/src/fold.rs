@@ -144,7 +144,9 @@ impl<'o> ChunkFold<'o> {
                 }
             }
         }
-        o.agg.finish(id, out);
+        if let Some(text) = o.agg.finish(id, out) {
+            keep_text(id, self.owner.get(&id), text, out);
+        }
     }
 
     /// Files every request still open, in request id order.
@@ -258,10 +260,8 @@ impl Agg {
         }
     }
 
-    fn finish(self, id: i64, out: &mut Loaded) {
-        if let Some(text) = self.text {
-            append(out.text.entry(id).or_default(), text);
-        }
+    /// Files the request's token aggregates; returns its text, if it had any.
+    fn finish(self, id: i64, out: &mut Loaded) -> Option<(String, String)> {
         // Usage counts only when every event that carried tokens carried the count.
         let continuous = self.usage_seen && !self.usage_broken;
         let agg = TokenAgg {
@@ -286,6 +286,37 @@ impl Agg {
             }),
         };
         out.tokens.insert(id, agg);
+        self.text
+    }
+}
+
+/// Files a request's whole text: kept as it is, or, when the load has the rules
+/// ([`Loaded::text_rules`]), read by the text rules now ([`crate::said`]) and kept only
+/// where the loop evidence will quote it, so that a cell's answers are not all held.
+fn keep_text(id: i64, key: Option<&CellKey>, text: (String, String), out: &mut Loaded) {
+    let Loaded {
+        text_rules,
+        requests,
+        tokens,
+        text: kept,
+        said,
+        ..
+    } = out;
+    let info = key.and_then(|k| requests.get(k)).and_then(|v| {
+        v.binary_search_by_key(&id, |r| r.request_id)
+            .ok()
+            .and_then(|i| v.get(i))
+    });
+    let (Some(rules), Some(info), Some(agg)) = (text_rules.as_ref(), info, tokens.get(&id)) else {
+        append(kept.entry(id).or_default(), text);
+        return;
+    };
+    let found = crate::said::said(info, agg, &text.0, &text.1, rules);
+    if !found.repeats.is_empty() {
+        append(kept.entry(id).or_default(), text);
+    }
+    if !found.is_empty() {
+        said.insert(id, found);
     }
 }
 

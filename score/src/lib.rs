@@ -19,6 +19,7 @@ pub mod numbers;
 pub mod presets;
 pub mod read;
 pub mod rules;
+pub mod said;
 pub mod stages;
 pub mod stats;
 

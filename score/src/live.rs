@@ -70,7 +70,12 @@ impl Board {
         run_dir: &Path,
         key: CellKey,
     ) -> tokentrace_schemas::Result<Option<std::time::Duration>> {
-        let mut loaded = Loaded::default();
+        // Each request's text read by the rules as its last row comes, then dropped: a
+        // long cell is scored without holding its answers.
+        let mut loaded = Loaded {
+            text_rules: Some(self.rules.clone()),
+            ..Loaded::default()
+        };
         crate::read::cell(&key.dir(run_dir), key, &self.series, false, &mut loaded)?;
         let span = loaded.events.get(&key).and_then(|e| {
             let (first, last) = (e.first()?.time_ns, e.last()?.time_ns);

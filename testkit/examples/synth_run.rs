@@ -2,7 +2,7 @@
 //! streamed token, per file kind. Used by `.ci/interop` (a run for pyarrow and DuckDB)
 //! and to measure the format's size (see README).
 //!
-//! usage: synth_run OUT_DIR TOKENS_PER_CELL CONTEXT:CONCURRENCY...
+//! usage: synth_run OUT_DIR TOKENS_PER_CELL CONTEXT:CONCURRENCY[:MAX_TOKENS]...
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -10,22 +10,35 @@ use std::process::ExitCode;
 
 use tokentrace_schemas::layout::{CellKey, Phase};
 use tokentrace_schemas::manifest::CellMeta;
-use tokentrace_schemas::reader::read_table;
+use tokentrace_schemas::reader::open_table;
 use tokentrace_schemas::tables::Chunks;
 use tokentrace_testkit::synth;
 
-fn parse_cell(s: &str) -> Result<CellKey, String> {
-    let (ctx, conc) = s
-        .split_once(':')
-        .ok_or_else(|| format!("`{s}`: expected CONTEXT:CONCURRENCY, e.g. 8192:32"))?;
+/// `CONTEXT:CONCURRENCY[:MAX_TOKENS]`: a decode cell, its requests' `max_tokens`
+/// (4,096 unless given: 16 makes a cell of many short requests).
+fn parse_cell(s: &str) -> Result<(CellKey, Option<u32>), String> {
+    let mut parts = s.split(':');
+    let (Some(ctx), Some(conc), max, None) =
+        (parts.next(), parts.next(), parts.next(), parts.next())
+    else {
+        return Err(format!(
+            "`{s}`: expected CONTEXT:CONCURRENCY[:MAX_TOKENS], e.g. 8192:32 or 256:64:16"
+        ));
+    };
     let num = |v: &str| v.parse::<u32>().map_err(|e| format!("`{s}`: {e}"));
-    Ok(CellKey::new(Phase::Decode, num(ctx)?, num(conc)?))
+    Ok((
+        CellKey::new(Phase::Decode, num(ctx)?, num(conc)?),
+        max.map(num).transpose()?,
+    ))
 }
 
 fn run() -> Result<(), String> {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let [out, tokens, cells @ ..] = &args[..] else {
-        return Err("usage: synth_run OUT_DIR TOKENS_PER_CELL CONTEXT:CONCURRENCY...".to_string());
+        return Err(
+            "usage: synth_run OUT_DIR TOKENS_PER_CELL CONTEXT:CONCURRENCY[:MAX_TOKENS]..."
+                .to_string(),
+        );
     };
     if cells.is_empty() {
         return Err("give at least one CONTEXT:CONCURRENCY cell".to_string());
@@ -33,10 +46,11 @@ fn run() -> Result<(), String> {
     let tokens: u64 = tokens
         .parse()
         .map_err(|e| format!("TOKENS_PER_CELL `{tokens}`: {e}"))?;
-    let keys = cells
+    let cells = cells
         .iter()
         .map(|c| parse_cell(c))
         .collect::<Result<Vec<_>, _>>()?;
+    let keys: Vec<CellKey> = cells.iter().map(|(k, _)| *k).collect();
     let out = Path::new(out);
     if out.exists() {
         return Err(format!(
@@ -44,7 +58,17 @@ fn run() -> Result<(), String> {
             out.display()
         ));
     }
-    synth::write_run(out, "synthetic", &keys, tokens).map_err(|e| e.to_string())?;
+    std::fs::create_dir_all(out).map_err(|e| format!("{}: {e}", out.display()))?;
+    for (key, max) in &cells {
+        let mut spec = synth::DecodeSpec::new(*key, tokens);
+        if let Some(max) = max {
+            spec.max_tokens = *max;
+        }
+        synth::write_decode_cell(out, &spec).map_err(|e| e.to_string())?;
+    }
+    synth::manifest("synthetic", &keys)
+        .write(out)
+        .map_err(|e| e.to_string())?;
 
     let mut bytes: BTreeMap<String, u64> = BTreeMap::new();
     let mut streamed = 0i64;
@@ -55,14 +79,16 @@ fn run() -> Result<(), String> {
         for (name, stat) in &meta.files {
             *bytes.entry(name.clone()).or_default() += stat.bytes;
         }
-        let chunks =
-            read_table::<Chunks>(&dir.join("chunks.parquet")).map_err(|e| e.to_string())?;
-        chunk_rows += chunks.len();
-        streamed += chunks
-            .iter()
-            .filter_map(|c| c.tokens)
-            .map(i64::from)
-            .sum::<i64>();
+        // Block by block: a cell of any length is counted in bounded memory.
+        for block in open_table::<Chunks>(&dir.join("chunks.parquet")).map_err(|e| e.to_string())? {
+            let block = block.map_err(|e| e.to_string())?;
+            chunk_rows += block.len();
+            streamed += block
+                .iter()
+                .filter_map(|c| c.tokens)
+                .map(i64::from)
+                .sum::<i64>();
+        }
     }
     let per = |b: u64| b as f64 / streamed as f64;
     let tables: u64 = bytes

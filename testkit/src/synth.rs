@@ -2,6 +2,8 @@
 //! closed-loop streams (speculative multi-token chunks, reasoning then content, vLLM-shaped
 //! SSE bytes, metric scrapes), for format tests, interop checks, size and speed benchmarks.
 
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
 use std::path::Path;
 
 use tokentrace_schemas::error::Result;
@@ -348,39 +350,55 @@ fn gen_request(
 }
 
 /// Writes one synthetic decode cell through [`CellWriter`]; returns its commit mark.
+/// Requests are generated slot by slot as a closed loop would send them, and each
+/// chunk is written once no request still to come can arrive before it (chunks in
+/// arrival order, as a recorder writes them): memory holds the requests under way, not
+/// the cell, so cells of any length can be written.
 pub fn write_decode_cell(run: &Path, spec: &DecodeSpec) -> Result<CellMeta> {
     let vocab = Vocab::new(5000, 7);
     let mut rng = Rng::new(spec.seed);
     let n = spec.key.concurrency.max(1);
-    // Closed loop: each slot restarts a request as soon as the previous one ends.
-    let mut streams = Vec::new();
+    let mut w = CellWriter::with_limits(run, spec.key, spec.limits)?;
+    // Chunks not yet written, least (arrival, request, seq) first.
+    let mut pending: BinaryHeap<Reverse<Pending>> = BinaryHeap::new();
     let mut remaining = spec.total_tokens;
     let mut slot_time = vec![0i64; n as usize];
     let mut id = i64::from(spec.key.context) * 1_000_000 + i64::from(spec.key.concurrency) * 10_000;
+    let mut index = 0;
     'outer: loop {
-        for (slot, t) in slot_time.iter_mut().enumerate() {
+        for slot in 0..slot_time.len() {
             if remaining == 0 {
                 break 'outer;
             }
             let s = gen_request(
                 spec,
-                streams.len(),
+                index,
                 &vocab,
                 &mut rng,
                 id,
                 slot as i32,
-                *t,
+                slot_time[slot],
                 remaining,
             );
             let got = s.request.completion_tokens_server.unwrap_or(0) as u64;
             remaining = remaining.saturating_sub(got.max(1));
-            *t = s.request.end_ns.unwrap_or(*t) + 100_000;
+            slot_time[slot] = s.request.end_ns.unwrap_or(slot_time[slot]) + 100_000;
             id += 1;
-            streams.push(s);
+            index += 1;
+            w.push_request(s.request)?;
+            pending.extend(
+                s.chunks
+                    .into_iter()
+                    .map(|(row, event)| Reverse(Pending(row, event))),
+            );
+            // Every request still to come starts at some slot's time, and its chunks
+            // arrive after that.
+            let horizon = slot_time.iter().copied().min().unwrap_or(i64::MAX);
+            write_before(&mut w, &mut pending, horizon)?;
         }
     }
+    write_before(&mut w, &mut pending, i64::MAX)?;
     let end_ns = slot_time.iter().copied().max().unwrap_or(0);
-    let mut w = CellWriter::with_limits(run, spec.key, spec.limits)?;
     for (time_ns, kind) in [
         (0, EventKind::CellStart),
         (0, EventKind::WarmupStart),
@@ -402,20 +420,58 @@ pub fn write_decode_cell(run: &Path, spec: &DecodeSpec) -> Result<CellMeta> {
                 .map(|(_, d)| d.clone()),
         })?;
     }
-    let mut chunks: Vec<(ChunkRow, String)> = Vec::new();
-    for s in streams {
-        w.push_request(s.request)?;
-        chunks.extend(s.chunks);
+    write_scrapes(&mut w, spec, end_ns)?;
+    write_lag(&mut w, spec)?;
+    w.commit()
+}
+
+/// A chunk row and its raw event, ordered by (arrival, request, seq).
+struct Pending(ChunkRow, String);
+
+impl Pending {
+    fn order(&self) -> (i64, i64, i32) {
+        (self.0.arrival_ns, self.0.request_id, self.0.seq)
     }
-    chunks.sort_by_key(|(c, _)| (c.arrival_ns, c.request_id, c.seq));
-    for (row, event) in chunks {
+}
+
+impl PartialEq for Pending {
+    fn eq(&self, other: &Self) -> bool {
+        self.order() == other.order()
+    }
+}
+
+impl Eq for Pending {}
+
+impl PartialOrd for Pending {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for Pending {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        self.order().cmp(&other.order())
+    }
+}
+
+/// Writes the pending chunks that arrived before `horizon`, in order.
+fn write_before(
+    w: &mut CellWriter,
+    pending: &mut BinaryHeap<Reverse<Pending>>,
+    horizon: i64,
+) -> Result<()> {
+    while pending
+        .peek()
+        .is_some_and(|Reverse(p)| p.0.arrival_ns < horizon)
+    {
+        let Some(Reverse(Pending(row, event))) = pending.pop() else {
+            break;
+        };
         w.raw
             .write(row.request_id, row.arrival_ns, event.as_bytes())?;
         w.push_chunk(row)?;
     }
-    write_scrapes(&mut w, spec, end_ns)?;
-    write_lag(&mut w, spec)?;
-    w.commit()
+    Ok(())
 }
 
 fn write_lag(w: &mut CellWriter, spec: &DecodeSpec) -> Result<()> {

@@ -235,6 +235,22 @@ async fn content_rules_and_connections_agree_with_the_simulators_ground_truth() 
         .collect();
 
     let s = score_dir(&out, &RuleSet::builtin("default").expect("rules")).expect("scored");
+    // Each text read by the content rules as its request ended, then dropped, gives
+    // what the rules find in every text kept whole.
+    {
+        let run = tokentrace_analyzer::run::Run::open(&out).expect("opens");
+        let rules = RuleSet::builtin("default").expect("rules");
+        let bounds = tokentrace_analyzer::score::Bounds {
+            memory_values: None,
+            whole_texts: true,
+        };
+        let (whole, _) = tokentrace_analyzer::score::score_run_with(&run, &rules, false, bounds)
+            .expect("scored with whole texts");
+        assert_eq!(
+            serde_json::to_string(&whole.cells).expect("json"),
+            serde_json::to_string(&s.cells).expect("json")
+        );
+    }
     let (mut leaks, mut stops, mut retries) = (0, 0, 0i64);
     for (key, dir) in list_cells(&out).expect("cells") {
         let requests = read_table::<Requests>(&dir.join("requests.parquet")).expect("requests");

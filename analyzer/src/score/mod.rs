@@ -119,17 +119,27 @@ pub fn score_run(
     rules: &RuleSet,
     traces: bool,
 ) -> Result<(Scoring, BTreeMap<CellKey, CellTrace>)> {
-    score_run_with(run, rules, traces, None)
+    score_run_with(run, rules, traces, Bounds::default())
 }
 
-/// [`score_run`], with each cell's per-token columns holding at most `memory_values`
-/// values in memory before the rest go to a temporary file (`None`: the default, 8
-/// MiB a column). The tests make it small to score through the bounded path.
+/// How a cell's data is held while it is scored. The default bounds memory; the tests
+/// score through both ways and compare.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Bounds {
+    /// Values of each per-token column held in memory before the rest go to a
+    /// temporary file (`None`: the default, 8 MiB a column).
+    pub memory_values: Option<usize>,
+    /// Keep every answer's text whole until the cell is judged, instead of reading
+    /// each by the text rules as its last row comes and dropping it.
+    pub whole_texts: bool,
+}
+
+/// [`score_run`], holding each cell's data as `bounds` says.
 pub fn score_run_with(
     run: &Run,
     rules: &RuleSet,
     traces: bool,
-    memory_values: Option<usize>,
+    bounds: Bounds,
 ) -> Result<(Scoring, BTreeMap<CellKey, CellTrace>)> {
     if let Some(imported) = &run.manifest.imported {
         return Ok((self::imported(run, imported), BTreeMap::new()));
@@ -140,8 +150,11 @@ pub fn score_run_with(
     let complete: Vec<(CellKey, &Path)> = run.complete_cells().collect();
     // A cell whose pages fail to decode gives the error as its reason to be incomplete.
     let load = |key: CellKey, dir: &Path| {
+        // Each request's text read by the text rules as its last row comes, then
+        // dropped (kept only where the loop evidence quotes it).
         let mut loaded = tokentrace_score::data::Loaded {
-            memory_values,
+            memory_values: bounds.memory_values,
+            text_rules: (!bounds.whole_texts).then(|| rules.clone()),
             ..Default::default()
         };
         stages::time(Stage::Load, || {

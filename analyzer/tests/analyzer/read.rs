@@ -108,19 +108,30 @@ fn matrix_text_with_hints(c: &tokentrace_analyzer::contract::CellScore) -> Strin
 
 /// The scoring cell by cell (each cell's tables read block by block, then dropped) and
 /// the scoring of the whole run loaded at once by polars, on the same run: equal
-/// figures, verdicts and drill-down traces; cell by cell both with the per-token
-/// columns in memory and with them past a memory limit of 7 values (written to a
-/// temporary file, their percentiles selected in passes over it).
+/// figures, verdicts and drill-down traces; cell by cell with the per-token columns in
+/// memory, past a memory limit of 7 values (written to a temporary file, their
+/// percentiles selected in passes over it), and with every text kept whole (the oracle
+/// keeps them; cell by cell, each is read by the text rules as it ends and dropped).
 fn assert_streaming_matches_in_memory(run: &Run, what: &str) {
-    for (rules, memory_values) in [
-        ("default", None),
-        ("reference", None),
-        ("default", Some(7)),
-        ("reference", Some(7)),
+    use tokentrace_analyzer::score::Bounds;
+    let small = Bounds {
+        memory_values: Some(7),
+        whole_texts: false,
+    };
+    let whole_texts = Bounds {
+        memory_values: None,
+        whole_texts: true,
+    };
+    for (rules, bounds) in [
+        ("default", Bounds::default()),
+        ("reference", Bounds::default()),
+        ("default", small),
+        ("reference", small),
+        ("default", whole_texts),
     ] {
         let rules = RuleSet::load(rules).expect("built-in rules");
         let (streamed, traces) =
-            tokentrace_analyzer::score::score_run_with(run, &rules, true, memory_values)
+            tokentrace_analyzer::score::score_run_with(run, &rules, true, bounds)
                 .expect("scored cell by cell");
         let (whole, loaded) =
             oracle::score_loaded(run, &rules, Loads::Traces).expect("scored whole");

@@ -2,15 +2,18 @@
 //! once — its streams with their token aggregates, the window, the events, the gauge
 //! samples inside the window, the recorder's lag and the repetitions in each text.
 
+use std::borrow::Cow;
+use std::collections::BTreeMap;
+
 use rayon::prelude::*;
 use tokentrace_schemas::layout::CellKey;
 use tokentrace_schemas::protocol::LATE_TICK_MS;
 use tokentrace_schemas::tables::Role;
 
 use crate::column::{self, Column};
-use crate::data::{EventInfo, Loaded, RequestInfo, Sample, TickCounts, TokenAgg};
+use crate::data::{EventInfo, Loaded, RequestInfo, Said, Sample, TickCounts, TokenAgg};
 
-use crate::loops::{self, Repetition};
+use crate::loops::Repetition;
 use crate::presets::Preset;
 use crate::rules::{Channel, RequestScope, RuleSet, TokenCount};
 
@@ -141,8 +144,9 @@ pub struct DecodeView<'a> {
     pub repeats: Vec<Repeats<'a>>,
     /// GPU telemetry over the whole cell, in time order (empty without it).
     pub gpu: &'a [tokentrace_schemas::tables::GpuRow],
-    /// Per request: its (content, reasoning) text, for requests with text.
-    pub texts: &'a std::collections::BTreeMap<i64, (String, String)>,
+    /// Per request with something found in its text: what the text rules read of it,
+    /// taken as it was read ([`Loaded::said`]) or here from its whole text.
+    pub said: Cow<'a, BTreeMap<i64, Said>>,
     /// What the content checks found, computed once for the figures, the warnings and
     /// the verdicts (`content::found`).
     pub content: std::cell::OnceCell<Vec<crate::contract::ContentFindings>>,
@@ -174,7 +178,8 @@ impl<'a> DecodeView<'a> {
                 })
                 .unwrap_or_default(),
         };
-        let repeats = repeats(&streams, loaded, rules);
+        let said = said_of(&streams, loaded, rules);
+        let repeats = repeats(&streams, &said, loaded);
         let (queries, hits) = preset.prefix_cache();
         let named = |name: Option<&'static str>| Gauge {
             metric: name,
@@ -223,7 +228,7 @@ impl<'a> DecodeView<'a> {
             streams,
             repeats,
             gpu: loaded.gpu.get(&key).map(Vec::as_slice).unwrap_or(&[]),
-            texts: &loaded.text,
+            said,
             content: std::cell::OnceCell::new(),
         })
     }
@@ -365,75 +370,59 @@ fn counted(mut s: Stream<'_>, count: TokenCount) -> Stream<'_> {
     s
 }
 
-/// Earlier copies of a k-gram compared per position in the search beyond the cycle cap.
-const BEYOND_CAP_NEAREST: usize = 4;
-
-/// The repetition search over every text the loop rules look at (`found` holds the
-/// repetitions within the cycle cap, then those beyond it).
-fn repeats<'a>(streams: &[Stream<'a>], loaded: &'a Loaded, rules: &RuleSet) -> Vec<Repeats<'a>> {
-    let l = &rules.looped;
-    let min_span = l.min_span_chars.min(l.suspect_min_span_chars) as usize;
-    let mut channels = l.channels.clone();
-    channels.sort();
-    channels.dedup();
-    // The texts to search, in stream and channel order; searched in parallel (each
-    // search is independent) and collected in that order, so the result is the same.
-    let mut texts = Vec::new();
-    for s in streams {
-        let r = s.info;
-        if r.role == Role::Warmup && !l.include_warmup {
-            continue;
-        }
-        let Some((content, reasoning)) = loaded.text.get(&r.request_id) else {
-            continue;
-        };
-        for &channel in &channels {
-            let text = match channel {
-                Channel::Content => content,
-                Channel::Reasoning => reasoning,
-            };
-            if text.len() >= min_span {
-                texts.push((r, channel, text.as_str())); // else fewer bytes than characters needed
-            }
-        }
+/// What the text rules read of each stream's text: as the fold took it while reading
+/// (when the load was given the rules: [`Loaded::text_rules`]), else from each whole
+/// text here, in parallel (each request's is independent).
+fn said_of<'a>(
+    streams: &[Stream<'a>],
+    loaded: &'a Loaded,
+    rules: &RuleSet,
+) -> Cow<'a, BTreeMap<i64, Said>> {
+    if loaded.text_rules.is_some() {
+        return Cow::Borrowed(&loaded.said);
     }
-    let started = std::time::Instant::now();
-    let found = texts
-        .into_par_iter()
-        .map(|(stream, channel, text)| {
-            let chars = loops::chars(text, l.normalize_digits);
-            let mut found = loops::repetitions(
-                &chars,
-                loops::Search {
-                    min_cycle: 1,
-                    max_cycle: l.max_cycle_chars as usize,
-                    nearest: 0,
-                    min_span,
-                    ignore_whitespace: l.ignore_whitespace_cycles,
-                },
-            );
-            if l.beyond_cap_suspect_min_cycles > 0 {
-                // Cycles longer than the cap: only the nearest earlier copies of each
-                // k-gram are compared, so the search stays linear without a cap.
-                found.extend(loops::repetitions(
-                    &chars,
-                    loops::Search {
-                        min_cycle: l.max_cycle_chars as usize + 1,
-                        max_cycle: usize::MAX,
-                        nearest: BEYOND_CAP_NEAREST,
-                        min_span: l.suspect_min_span_chars as usize,
-                        ignore_whitespace: l.ignore_whitespace_cycles,
-                    },
-                ));
-            }
-            Repeats {
-                stream,
-                channel,
-                text,
-                found,
-            }
+    let found: Vec<(i64, Said)> = streams
+        .par_iter()
+        .filter_map(|s| {
+            let (content, reasoning) = loaded.text.get(&s.info.request_id)?;
+            let raw = loaded
+                .tokens
+                .get(&s.info.request_id)
+                .copied()
+                .unwrap_or_default();
+            let said = crate::said::said(s.info, &raw, content, reasoning, rules);
+            (!said.is_empty()).then_some((s.info.request_id, said))
         })
         .collect();
-    crate::stages::add(crate::stages::Stage::Loops, started);
-    found
+    Cow::Owned(found.into_iter().collect())
+}
+
+/// The repetitions found in every text the loop rules look at, in stream and channel
+/// order (`found` holds the repetitions within the cycle cap, then those beyond it).
+fn repeats<'a>(
+    streams: &[Stream<'a>],
+    said: &BTreeMap<i64, Said>,
+    loaded: &'a Loaded,
+) -> Vec<Repeats<'a>> {
+    let mut out = Vec::new();
+    for s in streams {
+        let r = s.info;
+        let (Some(said), Some((content, reasoning))) =
+            (said.get(&r.request_id), loaded.text.get(&r.request_id))
+        else {
+            continue;
+        };
+        for (channel, found) in &said.repeats {
+            out.push(Repeats {
+                stream: r,
+                channel: *channel,
+                text: match channel {
+                    Channel::Content => content,
+                    Channel::Reasoning => reasoning,
+                },
+                found: found.clone(),
+            });
+        }
+    }
+    out
 }
