@@ -39,14 +39,12 @@ pub fn said(
         let mut channels = l.channels.clone();
         channels.sort();
         channels.dedup();
-        let started = std::time::Instant::now();
         for channel in channels {
             let found = search(channel_text(channel), rules);
             if !found.is_empty() {
                 out.repeats.push((channel, found));
             }
         }
-        crate::stages::add(crate::stages::Stage::Loops, started);
     }
     let c = &rules.content;
     if let Some(max_share) = c.script_mix_max_share {
@@ -103,6 +101,7 @@ pub fn search(text: &str, rules: &RuleSet) -> Vec<Repetition> {
     if text.len() < min_span {
         return Vec::new();
     }
+    let started = std::time::Instant::now();
     let chars = loops::chars(text, l.normalize_digits);
     let mut found = loops::repetitions(
         &chars,
@@ -128,6 +127,7 @@ pub fn search(text: &str, rules: &RuleSet) -> Vec<Repetition> {
             },
         ));
     }
+    crate::stages::add_time(crate::stages::Stage::Loops, started);
     found
 }
 

@@ -13,11 +13,12 @@ pub enum Stage {
     Open,
     /// Every page of every table decoded and counted against its footer.
     Verify,
-    /// Rows read and folded into the rules' data.
+    /// Rows read and folded into the rules' data, but for the loop search.
     Load,
-    /// The verdict and warning rules and the figures, but for the loop search.
+    /// The verdict and warning rules and the figures.
     Rules,
-    /// The loop search over every answer's text.
+    /// The loop search over every answer's text, as each answer's last row is read
+    /// (summed over the threads; its memory is not noted).
     Loops,
     /// The report written out.
     Render,
@@ -67,6 +68,14 @@ pub fn add(stage: Stage, started: Instant) {
     }
 }
 
+/// Adds the time since `started` to `stage`, without noting the memory: for a stage
+/// timed in many small pieces (one request's loop search), where reading the memory
+/// each time would cost more than the piece.
+pub fn add_time(stage: Stage, started: Instant) {
+    let ns = u64::try_from(started.elapsed().as_nanos()).unwrap_or(u64::MAX);
+    NS[stage as usize].fetch_add(ns, Ordering::Relaxed);
+}
+
 /// The process's resident and peak resident memory, KiB (Linux's /proc/self/status).
 pub fn memory() -> Option<(u64, u64)> {
     let status = std::fs::read_to_string("/proc/self/status").ok()?;
@@ -87,17 +96,22 @@ pub fn table(wall: std::time::Duration) -> String {
     let mib = |kib: u64| format!("{:.0}", kib as f64 / 1024.0);
     for stage in Stage::ALL {
         let ns = |s: Stage| NS[s as usize].load(Ordering::Relaxed);
-        // The loop search runs inside the rules' time: shown apart.
+        // The loop search runs inside the load's time (each answer searched as its
+        // last row is read): shown apart.
         let ms = match stage {
-            Stage::Rules => ns(Stage::Rules).saturating_sub(ns(Stage::Loops)),
+            Stage::Load => ns(Stage::Load).saturating_sub(ns(Stage::Loops)),
             _ => ns(stage),
         } as f64
             / 1e6;
         let Some((rss, peak)) = noted[stage as usize] else {
+            let time = if ns(stage) > 0 {
+                format!("{ms:.1}")
+            } else {
+                "-".to_string()
+            };
             out.push_str(&format!(
-                "{:<8} {:>9} {:>9} {:>9}\n",
+                "{:<8} {time:>9} {:>9} {:>9}\n",
                 stage.name(),
-                "-",
                 "-",
                 "-"
             ));
