@@ -119,7 +119,7 @@ pub struct TickCounts {
 #[derive(Debug, Default)]
 pub struct Loaded {
     pub requests: BTreeMap<CellKey, Vec<RequestInfo>>,
-    pub tokens: BTreeMap<i64, TokenAgg>,
+    pub tokens: ById<TokenAgg>,
     /// Per cell: gaps (ns) between consecutive token events of a request, the later one
     /// inside the window, in bounded memory ([`Column`]).
     pub gaps: BTreeMap<CellKey, Column>,
@@ -185,5 +185,66 @@ pub struct Said {
 impl Said {
     pub fn is_empty(&self) -> bool {
         self.repeats.is_empty() && self.script_mix.is_empty() && self.tail.is_none()
+    }
+}
+
+/// Values by request id, in a vector sorted by id: requests are filed in id order, so
+/// each insert is a push, and a cell of many requests costs its values and their ids
+/// (a B-tree filled in order leaves its nodes half empty: twice that).
+#[derive(Clone, PartialEq)]
+pub struct ById<T>(Vec<(i64, T)>);
+
+impl<T> Default for ById<T> {
+    fn default() -> Self {
+        ById(Vec::new())
+    }
+}
+
+impl<T: std::fmt::Debug> std::fmt::Debug for ById<T> {
+    /// As a map (what the tests compare two loads by).
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_map()
+            .entries(self.0.iter().map(|(k, v)| (k, v)))
+            .finish()
+    }
+}
+
+impl<T> ById<T> {
+    pub fn get(&self, id: &i64) -> Option<&T> {
+        self.0
+            .binary_search_by_key(id, |(k, _)| *k)
+            .ok()
+            .and_then(|i| self.0.get(i))
+            .map(|(_, v)| v)
+    }
+
+    /// Sets `id`'s value (appended when `id` is above every id so far).
+    pub fn insert(&mut self, id: i64, value: T) {
+        if self.0.last().is_none_or(|(k, _)| *k < id) {
+            self.0.push((id, value));
+            return;
+        }
+        match self.0.binary_search_by_key(&id, |(k, _)| *k) {
+            Ok(i) => self.0[i].1 = value,
+            Err(i) => self.0.insert(i, (id, value)),
+        }
+    }
+
+    /// Room for `more` values beyond those held (a cell's request count, known from its
+    /// requests table: no growth by doubling).
+    pub fn reserve(&mut self, more: usize) {
+        self.0.reserve_exact(more);
+    }
+
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = (&i64, &T)> {
+        self.0.iter().map(|(k, v)| (k, v))
     }
 }

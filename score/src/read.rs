@@ -35,31 +35,40 @@ pub fn cell(
     }
     fold::settle_events(out);
 
+    // Block by block: a cell of many requests holds each request's lifecycle, not its
+    // whole row.
+    let table = open_table::<Requests>(&dir.join(table_file::<Requests>()))?;
     let mut requests: Vec<RequestInfo> =
-        read_table::<Requests>(&dir.join(table_file::<Requests>()))?
-            .into_iter()
-            .map(|r| RequestInfo {
-                request_id: r.request_id,
-                key,
-                role: r.role,
-                end_reason: r.end_reason,
-                prompt_tokens_requested: i64::from(r.prompt_tokens_requested),
-                prompt_tokens_server: r.prompt_tokens_server.map(i64::from),
-                cached_tokens: r.cached_tokens_server.map(i64::from),
-                scheduled_ns: r.scheduled_ns,
-                sent_ns: r.sent_ns,
-                end_ns: r.end_ns,
-                error: r.error,
-                slot: r.slot.map(i64::from),
-                max_tokens: r.max_tokens.map(i64::from),
-                connection_id: r.connection_id,
-                opened_connection: RequestInfo::opened(r.connection_ns, r.connect_start_ns),
-                retries: r.retries.map(i64::from),
-            })
-            .collect();
+        Vec::with_capacity(usize::try_from(table.stamp().rows).unwrap_or(0));
+    for block in table {
+        requests.extend(block?.into_iter().map(|r| RequestInfo {
+            request_id: r.request_id,
+            key,
+            role: r.role,
+            end_reason: r.end_reason,
+            prompt_tokens_requested: i64::from(r.prompt_tokens_requested),
+            prompt_tokens_server: r.prompt_tokens_server.map(i64::from),
+            cached_tokens: r.cached_tokens_server.map(i64::from),
+            scheduled_ns: r.scheduled_ns,
+            sent_ns: r.sent_ns,
+            end_ns: r.end_ns,
+            error: r.error,
+            slot: r.slot.map(i64::from),
+            max_tokens: r.max_tokens.map(i64::from),
+            connection_id: r.connection_id,
+            opened_connection: RequestInfo::opened(r.connection_ns, r.connect_start_ns),
+            retries: r.retries.map(i64::from),
+        }));
+    }
     requests.sort_by_key(|r| r.request_id);
     let owner: HashMap<i64, CellKey> = requests.iter().map(|r| (r.request_id, key)).collect();
-    out.requests.entry(key).or_default().extend(requests);
+    out.tokens.reserve(requests.len());
+    match out.requests.get_mut(&key) {
+        Some(had) => had.extend(requests),
+        None => {
+            out.requests.insert(key, requests);
+        }
+    }
 
     // Batch by batch, in file order, only the columns the rules read: memory holds one
     // batch, the requests under way and each request's sums, not the cell's rows.

@@ -161,11 +161,15 @@ impl<'a> DecodeView<'a> {
         preset: &'a Preset,
     ) -> Option<Self> {
         let &(open, close) = loaded.windows.get(&key)?;
-        let streams: Vec<Stream<'a>> = requests(loaded, key)
-            .iter()
-            .filter(|r| matches!(r.role, Role::Warmup | Role::Measured))
-            .map(|r| counted(stream(loaded, r), rules.tokens.count))
-            .collect();
+        let all = requests(loaded, key);
+        // Sized for every request up front: a cell of many requests would otherwise
+        // grow the vector by doubling, to twice what it holds.
+        let mut streams: Vec<Stream<'a>> = Vec::with_capacity(all.len());
+        streams.extend(
+            all.iter()
+                .filter(|r| matches!(r.role, Role::Warmup | Role::Measured))
+                .map(|r| counted(stream(loaded, r), rules.tokens.count)),
+        );
         let samples = loaded.samples.get(&key);
         let series = |name: Option<&'a String>| samples.zip(name).and_then(|(s, n)| s.get(n));
         let gauge = |name: &'a Option<String>| Gauge {
