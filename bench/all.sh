@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
-# Every figure of BENCHMARKS.md in one command (about 15 minutes on 2 vCPUs, plus the
+# Every figure of BENCHMARKS.md in one command (about 18 minutes on 2 vCPUs, plus the
 # release build): trace size, recorder accuracy, ingest CPU and memory, re-scoring speed,
 # and the hot-path benches. Run from the repository root: bash bench/all.sh
 # Not here, because they need a real engine, the reference tool or a GPU (each script's
 # header says how, BENCHMARKS.md gives the command beside its figures): parity.sh and
 # equal_load.sh (the reference tool), vllm_sim.sh (vLLM), gpu.sh (a GPU machine); and
-# long_cell.sh, the recorder on a 10-minute open-loop cell (its own 11 minutes); and
+# long_cell.sh, the recorder on a 15-minute open-loop cell (its own 16 minutes); and
 # chaos.sh, the same matrix straight and through a fault proxy (20 minutes).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -30,6 +30,8 @@ echo "## re-scoring speed"
 bash bench/rescore.sh
 echo "## runs of any size: 1x and 10x the reference matrix, diff, catalog (issue 43)"
 bash bench/scale.sh "1 10"
+echo "## cells of any length: one cell of 20 M, 80 M tokens, 600 K short requests (issue 57)"
+bash bench/cell_scale.sh
 echo "## a fleet as a website: 1,000 small runs (issue 46)"
 bash bench/site_scale.sh 1000
 echo "## hot paths"
