@@ -4,11 +4,12 @@
 
 use std::collections::{BTreeMap, HashMap};
 
+use rayon::prelude::*;
 use tokentrace_schemas::layout::CellKey;
 use tokentrace_schemas::protocol::{self, LagStat};
 use tokentrace_schemas::tables::EventKind;
 
-use crate::data::{Loaded, Sample, TickCounts, TokenAgg, UsageCount};
+use crate::data::{Loaded, Said, Sample, TickCounts, TokenAgg, UsageCount};
 
 /// One chunk row as the fold reads it: the columns scoring needs, the text borrowed.
 #[derive(Debug, Clone, Copy, Default)]
@@ -43,7 +44,15 @@ pub struct ChunkFold<'o> {
     remaining: HashMap<i64, u64>,
     order: Vec<i64>,
     next: usize,
+    /// With the load's text rules: filed requests' texts waiting to be read by them (in
+    /// parallel, a batch at a time), and their bytes.
+    texts: Vec<(i64, (String, String))>,
+    text_bytes: usize,
 }
+
+/// Bytes of answers read by the text rules at once: the batch is searched in parallel,
+/// and memory holds at most this much of a cell's answers.
+const TEXT_BATCH_BYTES: usize = 4 << 20;
 
 /// A request whose rows are still coming.
 #[derive(Debug, Default)]
@@ -65,6 +74,8 @@ impl<'o> ChunkFold<'o> {
             remaining: HashMap::new(),
             order: Vec::new(),
             next: 0,
+            texts: Vec::new(),
+            text_bytes: 0,
         }
     }
 
@@ -145,16 +156,54 @@ impl<'o> ChunkFold<'o> {
             }
         }
         if let Some(text) = o.agg.finish(id, out) {
-            keep_text(id, self.owner.get(&id), text, out);
+            if out.text_rules.is_some() {
+                self.text_bytes += text.0.len() + text.1.len();
+                self.texts.push((id, text));
+                if self.text_bytes >= TEXT_BATCH_BYTES {
+                    self.read_texts(out);
+                }
+            } else {
+                append(out.text.entry(id).or_default(), text);
+            }
         }
     }
 
-    /// Files every request still open, in request id order.
+    /// Reads the waiting texts by the load's text rules ([`crate::said`]), in parallel
+    /// (each request's is independent), and keeps each text only where the loop
+    /// evidence will quote it, so that a cell's answers are not all held.
+    fn read_texts(&mut self, out: &mut Loaded) {
+        let batch = std::mem::take(&mut self.texts);
+        self.text_bytes = 0;
+        let read: Vec<(i64, Option<Said>, (String, String))> = {
+            let (owner, loaded): (&HashMap<i64, CellKey>, &Loaded) = (self.owner, out);
+            batch
+                .into_par_iter()
+                .map(|(id, text)| (id, read_text(id, owner.get(&id), &text, loaded), text))
+                .collect()
+        };
+        for (id, found, text) in read {
+            match found {
+                None => append(out.text.entry(id).or_default(), text),
+                Some(found) => {
+                    if !found.repeats.is_empty() {
+                        append(out.text.entry(id).or_default(), text);
+                    }
+                    if !found.is_empty() {
+                        out.said.insert(id, found);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Files every request still open, in request id order, and reads the texts still
+    /// waiting.
     pub fn finish(mut self, out: &mut Loaded) {
         let ids: Vec<i64> = self.open.keys().copied().collect();
         for id in ids {
             self.file(id, out);
         }
+        self.read_texts(out);
     }
 }
 
@@ -290,34 +339,22 @@ impl Agg {
     }
 }
 
-/// Files a request's whole text: kept as it is, or, when the load has the rules
-/// ([`Loaded::text_rules`]), read by the text rules now ([`crate::said`]) and kept only
-/// where the loop evidence will quote it, so that a cell's answers are not all held.
-fn keep_text(id: i64, key: Option<&CellKey>, text: (String, String), out: &mut Loaded) {
-    let Loaded {
-        text_rules,
-        requests,
-        tokens,
-        text: kept,
-        said,
-        ..
-    } = out;
-    let info = key.and_then(|k| requests.get(k)).and_then(|v| {
+/// What the load's text rules read in request `id`'s text (`None` without the rules, or
+/// for a request the requests table does not hold: its text is then kept whole).
+fn read_text(
+    id: i64,
+    key: Option<&CellKey>,
+    text: &(String, String),
+    out: &Loaded,
+) -> Option<Said> {
+    let info = key.and_then(|k| out.requests.get(k)).and_then(|v| {
         v.binary_search_by_key(&id, |r| r.request_id)
             .ok()
             .and_then(|i| v.get(i))
-    });
-    let (Some(rules), Some(info), Some(agg)) = (text_rules.as_ref(), info, tokens.get(&id)) else {
-        append(kept.entry(id).or_default(), text);
-        return;
-    };
-    let found = crate::said::said(info, agg, &text.0, &text.1, rules);
-    if !found.repeats.is_empty() {
-        append(kept.entry(id).or_default(), text);
-    }
-    if !found.is_empty() {
-        said.insert(id, found);
-    }
+    })?;
+    let rules = out.text_rules.as_ref()?;
+    let agg = out.tokens.get(&id)?;
+    Some(crate::said::said(info, agg, &text.0, &text.1, rules))
 }
 
 /// Appends a run of a request's text to what it has (a request whose rows were not all
