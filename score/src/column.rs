@@ -225,6 +225,24 @@ impl Extent {
     }
 }
 
+/// Exactly what `figure` computes from the values at the ranks it reads: `figure` is
+/// called once to learn its ranks (each read as 0), `select` gives the values at them,
+/// and `figure` is called again with those values, each mapped by `value`. A rank
+/// `select` leaves out reads as NaN.
+pub fn at_ranks<T>(
+    select: impl FnOnce(&[usize]) -> std::io::Result<BTreeMap<usize, i64>>,
+    figure: impl Fn(&dyn Fn(usize) -> f64) -> T,
+    value: impl Fn(i64) -> f64,
+) -> std::io::Result<T> {
+    let wanted = std::cell::RefCell::new(Vec::new());
+    figure(&|i| {
+        wanted.borrow_mut().push(i);
+        0.0
+    });
+    let got = select(&wanted.into_inner())?;
+    Ok(figure(&|i| got.get(&i).map_or(f64::NAN, |v| value(*v))))
+}
+
 /// One wanted rank being narrowed: the values of `[lo, hi]` hold it; `below` values
 /// are less than `lo` and `count` lie in the interval.
 #[derive(Debug, Clone, Copy)]

@@ -80,6 +80,23 @@ pub struct TokenAgg {
     pub usage: Option<UsageCount>,
 }
 
+impl TokenAgg {
+    /// These aggregates with their token counts (in all, in the window, of the first
+    /// token event) taken from the server's usage when `count` says so and the usage
+    /// holds them; and whether they were.
+    pub fn counted(mut self, count: crate::rules::TokenCount) -> (TokenAgg, bool) {
+        match (count, self.usage) {
+            (crate::rules::TokenCount::Usage, Some(u)) => {
+                self.tokens = u.tokens;
+                self.tokens_in_window = u.tokens_in_window;
+                self.first_token_tokens = u.first_token_tokens;
+                (self, true)
+            }
+            _ => (self, false),
+        }
+    }
+}
+
 /// A request's token counts taken from the server's cumulative usage.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct UsageCount {

@@ -7,7 +7,7 @@ use unicode_script::{Script, UnicodeScript};
 
 use crate::data::{RequestInfo, Said, TokenAgg};
 use crate::loops::{self, Repetition};
-use crate::rules::{Channel, RuleSet, TokenCount};
+use crate::rules::{Channel, RuleSet};
 
 /// Characters of an excerpt.
 const EXCERPT_CHARS: usize = 60;
@@ -71,11 +71,7 @@ pub fn said(
             }
         }
     }
-    let counted = match (rules.tokens.count, tokens.usage) {
-        (TokenCount::Usage, Some(u)) => u.tokens,
-        _ => tokens.tokens,
-    };
-    if stopped_early(info, counted) {
+    if stopped_early(info, tokens.counted(rules.tokens.count).0.tokens) {
         out.tail = Some(tail(if content.is_empty() {
             reasoning
         } else {

@@ -39,20 +39,6 @@ fn summary_by(n: usize, at: &dyn Fn(usize) -> f64, rules: &RuleSet) -> Summary {
     }
 }
 
-/// The ranks (ascending order, 0-based) a summary of `n` values reads under the rules.
-fn summary_ranks(n: usize, rules: &RuleSet) -> Vec<usize> {
-    let wanted = std::cell::RefCell::new(Vec::new());
-    summary_by(
-        n,
-        &|i| {
-            wanted.borrow_mut().push(i);
-            0.0
-        },
-        rules,
-    );
-    wanted.into_inner()
-}
-
 /// The summary, in ms, of the ns values a scan gives (of extent `e`), taken exactly
 /// from a few passes over them ([`column::select`]) rather than from a sorted copy: the
 /// same figures as [`summary`] of the same values as ms. A scan that fails to read
@@ -61,13 +47,15 @@ pub fn summary_ns(scan: &column::Scan<'_>, e: Option<column::Extent>, rules: &Ru
     let Some(e) = e else {
         return summary(Vec::new(), rules);
     };
-    match column::select(scan, e, &summary_ranks(e.n, rules)) {
-        Ok(got) => summary_by(e.n, &|i| got.get(&i).map_or(f64::NAN, |v| ms(*v)), rules),
-        Err(_) => Summary {
-            n: e.n,
-            ..Summary::default()
-        },
-    }
+    column::at_ranks(
+        |ranks| column::select(scan, e, ranks),
+        |at| summary_by(e.n, at, rules),
+        ms,
+    )
+    .unwrap_or(Summary {
+        n: e.n,
+        ..Summary::default()
+    })
 }
 
 /// The summary, in ms, of a column of ns values (see [`summary_ns`]).

@@ -365,12 +365,7 @@ fn stream<'a>(loaded: &Loaded, r: &'a RequestInfo) -> Stream<'a> {
 
 /// The stream with its counts taken from usage when the rule says so and it can.
 fn counted(mut s: Stream<'_>, count: TokenCount) -> Stream<'_> {
-    if let (TokenCount::Usage, Some(u)) = (count, s.tokens.usage) {
-        s.tokens.tokens = u.tokens;
-        s.tokens.tokens_in_window = u.tokens_in_window;
-        s.tokens.first_token_tokens = u.first_token_tokens;
-        s.from_usage = true;
-    }
+    (s.tokens, s.from_usage) = s.tokens.counted(count);
     s
 }
 

@@ -173,17 +173,14 @@ pub fn no_server_metrics(v: &DecodeView, _: &RuleSet) -> Vec<Warning> {
 /// The `p`-th percentile of the cell's queueing delays, ms, taken exactly from the
 /// column (`None` when it has none, or its temporary file could not be read).
 fn queue_delay_percentile(v: &DecodeView, p: f64, rules: &RuleSet) -> Option<f64> {
-    let e = v.queue_delays.extent()?;
-    let method = rules.stats.percentile;
-    let wanted = std::cell::RefCell::new(Vec::new());
-    stats::percentile_by(e.n, p, method, &|i| {
-        wanted.borrow_mut().push(i);
-        0.0
-    });
-    let got = v.queue_delays.select(&wanted.into_inner()).ok()?;
-    stats::percentile_by(e.n, p, method, &|i| {
-        got.get(&i).map_or(f64::NAN, |x| ms(*x))
-    })
+    let n = v.queue_delays.extent()?.n;
+    crate::column::at_ranks(
+        |ranks| v.queue_delays.select(ranks),
+        |at| stats::percentile_by(n, p, rules.stats.percentile, at),
+        ms,
+    )
+    .ok()
+    .flatten()
 }
 
 /// The recorder lagged: more than the rule's share of its ticks were late (sustained
