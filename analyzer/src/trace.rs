@@ -206,7 +206,7 @@ pub fn cell_trace(
             first_token: loaded
                 .tokens
                 .get(&r.request_id)
-                .and_then(|a| a.first_token_ns)
+                .and_then(|a| a.unpack().first_token_ns)
                 .map(|t| seconds(t, open)),
             end: r.end_ns.map(|t| seconds(t, open)),
             scheduled: replay.then(|| seconds(r.scheduled_ns, open)),

@@ -10,31 +10,31 @@ use tokentrace_schemas::tables::{EndReason, EventKind, Role};
 use crate::column::Column;
 use crate::rules::Channel;
 
-/// One request's lifecycle (from `requests`).
+/// One request's lifecycle (from `requests`), in its table's types (128 bytes: a cell
+/// holds one per request). Its cell is the one it is filed under.
 #[derive(Debug, Clone)]
 pub struct RequestInfo {
     pub request_id: i64,
-    pub key: CellKey,
     pub role: Role,
     pub end_reason: EndReason,
-    pub prompt_tokens_requested: i64,
-    pub prompt_tokens_server: Option<i64>,
+    pub prompt_tokens_requested: i32,
+    pub prompt_tokens_server: Option<i32>,
     /// Prompt tokens the server served from its prefix cache (when it said).
-    pub cached_tokens: Option<i64>,
+    pub cached_tokens: Option<i32>,
     /// When it was due: a rate cell's schedule; when it was run, for other cells.
     pub scheduled_ns: i64,
     pub sent_ns: Option<i64>,
     pub end_ns: Option<i64>,
-    pub error: Option<String>,
+    pub error: Option<Box<str>>,
     /// The closed-loop worker that sent it (null for open-loop requests).
-    pub slot: Option<i64>,
-    pub max_tokens: Option<i64>,
+    pub slot: Option<i32>,
+    pub max_tokens: Option<i32>,
     /// The connection that carried it; whether it opened that connection (a new one, not
     /// one reused); and how often it was sent again on a new connection. All null in
     /// runs recorded before the recorder wrote its connection columns.
     pub connection_id: Option<i64>,
     pub opened_connection: Option<bool>,
-    pub retries: Option<i64>,
+    pub retries: Option<i32>,
 }
 
 impl RequestInfo {
@@ -46,7 +46,7 @@ impl RequestInfo {
 }
 
 /// One request's token aggregates (from `chunks`).
-#[derive(Debug, Clone, Copy, Default)]
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct TokenAgg {
     /// Tokens over the whole stream.
     pub tokens: i64,
@@ -97,6 +97,130 @@ impl TokenAgg {
     }
 }
 
+/// A request's [`TokenAgg`] as a cell of many requests holds it: its counts in 32 bits
+/// and which times it has in a bit set, 88 bytes where the aggregate takes 192. A count
+/// that does not fit (a corrupt file; no stream carries 4 G tokens) keeps the whole
+/// aggregate instead, so every value reads back as it was put in.
+#[derive(Clone, PartialEq)]
+pub enum PackedAgg {
+    Narrow(NarrowAgg),
+    Wide(Box<TokenAgg>),
+}
+
+/// The narrow form: `times` are the first chunk's, content's, reasoning's and token's
+/// and the last token's, each present where `present` has its bit (bit 7 is always
+/// set: the enum's tag lives there); `counts` are [`TokenAgg`]'s in its order, then the
+/// usage's (present with bit 5). The first text is the earlier of the first content and
+/// the first reasoning, as the fold takes them.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NarrowAgg {
+    times: [i64; 5],
+    counts: [u32; 11],
+    present: std::num::NonZeroU8,
+}
+
+impl NarrowAgg {
+    const USAGE: u8 = 1 << 5;
+    const SET: u8 = 1 << 7;
+}
+
+impl std::fmt::Debug for PackedAgg {
+    /// As the aggregate it holds (what the tests compare two loads by).
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.unpack().fmt(f)
+    }
+}
+
+impl PackedAgg {
+    pub fn pack(a: &TokenAgg) -> PackedAgg {
+        let earlier = match (a.first_content_ns, a.first_reasoning_ns) {
+            (Some(c), Some(r)) => Some(c.min(r)),
+            (c, r) => c.or(r),
+        };
+        if earlier != a.first_text_ns {
+            return PackedAgg::Wide(Box::new(*a));
+        }
+        let times = [
+            a.first_chunk_ns,
+            a.first_content_ns,
+            a.first_reasoning_ns,
+            a.first_token_ns,
+            a.last_token_ns,
+        ];
+        let u = a.usage.unwrap_or_default();
+        let wide = [
+            a.tokens,
+            a.tokens_in_window,
+            a.token_events_in_window,
+            a.reasoning_tokens,
+            a.first_token_tokens,
+            a.token_events,
+            a.token_reads,
+            a.largest_read,
+            u.tokens,
+            u.tokens_in_window,
+            u.first_token_tokens,
+        ];
+        let mut counts = [0u32; 11];
+        for (to, from) in counts.iter_mut().zip(wide) {
+            match u32::try_from(from) {
+                Ok(c) => *to = c,
+                Err(_) => return PackedAgg::Wide(Box::new(*a)),
+            }
+        }
+        let mut present = NarrowAgg::SET;
+        if a.usage.is_some() {
+            present |= NarrowAgg::USAGE;
+        }
+        for (i, t) in times.iter().enumerate() {
+            if t.is_some() {
+                present |= 1 << i;
+            }
+        }
+        PackedAgg::Narrow(NarrowAgg {
+            times: times.map(|t| t.unwrap_or(0)),
+            counts,
+            // Bit 7 is set: never zero.
+            present: std::num::NonZeroU8::new(present).unwrap_or(std::num::NonZeroU8::MAX),
+        })
+    }
+
+    pub fn unpack(&self) -> TokenAgg {
+        let n = match self {
+            PackedAgg::Wide(a) => return **a,
+            PackedAgg::Narrow(n) => n,
+        };
+        let present = n.present.get();
+        let t = |i: usize| (present & (1 << i) != 0).then_some(n.times[i]);
+        let c = |i: usize| i64::from(n.counts[i]);
+        let (first_content_ns, first_reasoning_ns) = (t(1), t(2));
+        TokenAgg {
+            tokens: c(0),
+            tokens_in_window: c(1),
+            token_events_in_window: c(2),
+            first_chunk_ns: t(0),
+            first_content_ns,
+            first_text_ns: match (first_content_ns, first_reasoning_ns) {
+                (Some(c), Some(r)) => Some(c.min(r)),
+                (c, r) => c.or(r),
+            },
+            first_reasoning_ns,
+            reasoning_tokens: c(3),
+            first_token_ns: t(3),
+            first_token_tokens: c(4),
+            last_token_ns: t(4),
+            token_events: c(5),
+            token_reads: c(6),
+            largest_read: c(7),
+            usage: (present & NarrowAgg::USAGE != 0).then(|| UsageCount {
+                tokens: c(8),
+                tokens_in_window: c(9),
+                first_token_tokens: c(10),
+            }),
+        }
+    }
+}
+
 /// A request's token counts taken from the server's cumulative usage.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct UsageCount {
@@ -136,7 +260,7 @@ pub struct TickCounts {
 #[derive(Debug, Default)]
 pub struct Loaded {
     pub requests: BTreeMap<CellKey, Vec<RequestInfo>>,
-    pub tokens: ById<TokenAgg>,
+    pub tokens: ById<PackedAgg>,
     /// Per cell: gaps (ns) between consecutive token events of a request, the later one
     /// inside the window, in bounded memory ([`Column`]).
     pub gaps: BTreeMap<CellKey, Column>,
@@ -263,5 +387,82 @@ impl<T> ById<T> {
 
     pub fn iter(&self) -> impl Iterator<Item = (&i64, &T)> {
         self.0.iter().map(|(k, v)| (k, v))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn agg(seed: u64) -> TokenAgg {
+        // A small generator: every field present or not, small and huge values.
+        let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+        let mut next = || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        let mut count = || match next() % 5 {
+            0 => 0,
+            1 => i64::from(u32::MAX),
+            2 if seed.is_multiple_of(7) => i64::from(u32::MAX) + 1,
+            3 if seed.is_multiple_of(11) => -1,
+            _ => (next() % 5000) as i64,
+        };
+        let counts: Vec<i64> = (0..11).map(|_| count()).collect();
+        let mut time = || (next() % 3 != 0).then(|| (next() >> 1) as i64 - (1 << 40));
+        let times: Vec<Option<i64>> = (0..6).map(|_| time()).collect();
+        let earlier = match (times[1], times[3]) {
+            (Some(c), Some(r)) => Some(c.min(r)),
+            (c, r) => c.or(r),
+        };
+        TokenAgg {
+            tokens: counts[0],
+            tokens_in_window: counts[1],
+            token_events_in_window: counts[2],
+            first_chunk_ns: times[0],
+            first_content_ns: times[1],
+            // Mostly as the fold takes it; now and then not (then kept wide).
+            first_text_ns: if seed.is_multiple_of(13) {
+                times[2]
+            } else {
+                earlier
+            },
+            first_reasoning_ns: times[3],
+            reasoning_tokens: counts[3],
+            first_token_ns: times[4],
+            first_token_tokens: counts[4],
+            last_token_ns: times[5],
+            token_events: counts[5],
+            token_reads: counts[6],
+            largest_read: counts[7],
+            usage: (!seed.is_multiple_of(3)).then_some(UsageCount {
+                tokens: counts[8],
+                tokens_in_window: counts[9],
+                first_token_tokens: counts[10],
+            }),
+        }
+    }
+
+    #[test]
+    fn a_packed_aggregate_reads_back_as_it_was() {
+        let (mut narrow, mut wide) = (0, 0);
+        for seed in 0..5000 {
+            let a = agg(seed);
+            let p = PackedAgg::pack(&a);
+            match p {
+                PackedAgg::Narrow(_) => narrow += 1,
+                PackedAgg::Wide(_) => wide += 1,
+            }
+            assert_eq!(p.unpack(), a, "seed {seed}");
+        }
+        assert!(narrow > 1000 && wide > 100, "{narrow} narrow, {wide} wide");
+        assert_eq!(
+            PackedAgg::pack(&TokenAgg::default()).unpack(),
+            TokenAgg::default()
+        );
+        assert_eq!(std::mem::size_of::<PackedAgg>(), 88);
+        assert_eq!(std::mem::size_of::<RequestInfo>(), 128);
     }
 }

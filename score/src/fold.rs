@@ -37,12 +37,11 @@ pub struct ChunkIn<'a> {
 #[derive(Debug)]
 pub struct ChunkFold<'o> {
     /// Each request's cell.
-    owner: &'o HashMap<i64, CellKey>,
+    owner: Owners<'o>,
     open: BTreeMap<i64, Open>,
-    /// With known row counts: the rows still to come of each request, every request
-    /// with rows in id order, and the first of them not yet filed.
-    remaining: HashMap<i64, u64>,
-    order: Vec<i64>,
+    /// With known row counts: every request with rows in id order with its rows still
+    /// to come, and the first of them not yet filed.
+    remaining: Vec<(i64, u64)>,
     next: usize,
     /// With the load's text rules: filed requests' texts waiting to be read by them (in
     /// parallel, a batch at a time), and their bytes.
@@ -50,13 +49,37 @@ pub struct ChunkFold<'o> {
     text_bytes: usize,
 }
 
-/// Bytes of answers read by the text rules at once: the batch is searched in parallel,
-/// and memory holds at most this much of a cell's answers.
-const TEXT_BATCH_BYTES: usize = 4 << 20;
+/// Bytes of answers (as allocated) read by the text rules at once: the batch is searched
+/// in parallel, and memory holds at most this much of a cell's answers. 1 MiB keeps two
+/// cores busy; 4 MiB cost a cell of 600 K short answers 10 MB more at its peak.
+const TEXT_BATCH_BYTES: usize = 1 << 20;
+
+/// Each request's cell, as a fold looks it up.
+#[derive(Debug)]
+pub enum Owners<'o> {
+    /// Requests of any cells, by id (the tests' polars load).
+    Map(&'o HashMap<i64, CellKey>),
+    /// One cell's requests: their ids, ascending (a cell's own read: 8 bytes a request,
+    /// where a map took 70).
+    Cell(CellKey, Vec<i64>),
+}
+
+impl Owners<'_> {
+    fn get(&self, id: i64) -> Option<&CellKey> {
+        match self {
+            Owners::Map(m) => m.get(&id),
+            Owners::Cell(key, ids) => ids.binary_search(&id).is_ok().then_some(key),
+        }
+    }
+}
 
 /// A request whose rows are still coming.
 #[derive(Debug, Default)]
 struct Open {
+    /// Its cell, looked up at its first row.
+    key: Option<CellKey>,
+    /// Where it is in [`ChunkFold::remaining`], with counted rows.
+    at: Option<usize>,
     agg: Agg,
     /// Its last token event's arrival.
     last_token: Option<i64>,
@@ -67,12 +90,11 @@ struct Open {
 impl<'o> ChunkFold<'o> {
     /// A fold of rows in any request order, filed under the cell `owner` gives each
     /// request.
-    pub fn new(owner: &'o HashMap<i64, CellKey>) -> Self {
+    pub fn new(owner: Owners<'o>) -> Self {
         ChunkFold {
             owner,
             open: BTreeMap::new(),
-            remaining: HashMap::new(),
-            order: Vec::new(),
+            remaining: Vec::new(),
             next: 0,
             texts: Vec::new(),
             text_bytes: 0,
@@ -80,23 +102,31 @@ impl<'o> ChunkFold<'o> {
     }
 
     /// A fold of rows in any request order whose number per request is `rows` (a first
-    /// pass over the ids): a request is filed as soon as its last row and every request
-    /// of a lower id are in, so memory holds the requests under way, not the cell's.
-    pub fn counted(owner: &'o HashMap<i64, CellKey>, rows: HashMap<i64, u64>) -> Self {
-        let mut order: Vec<i64> = rows.keys().copied().collect();
-        order.sort_unstable();
+    /// pass over the ids; ascending ids): a request is filed as soon as its last row and
+    /// every request of a lower id are in, so memory holds the requests under way, not
+    /// the cell's.
+    pub fn counted(owner: Owners<'o>, rows: Vec<(i64, u64)>) -> Self {
         ChunkFold {
             remaining: rows,
-            order,
             ..ChunkFold::new(owner)
         }
+    }
+
+    /// Whether request `id` is one of the fold's cells'.
+    pub fn owns(&self, id: i64) -> bool {
+        self.owner.get(id).is_some()
     }
 
     /// Adds the next row (a request's rows in stream order).
     pub fn push(&mut self, row: ChunkIn<'_>, out: &mut Loaded) {
         let Some(id) = row.request_id else { return };
-        let owned = self.owner.contains_key(&id);
-        let o = self.open.entry(id).or_default();
+        let (owner, remaining) = (&self.owner, &self.remaining);
+        let o = self.open.entry(id).or_insert_with(|| Open {
+            key: owner.get(id).copied(),
+            at: remaining.binary_search_by_key(&id, |r| r.0).ok(),
+            ..Open::default()
+        });
+        let (owned, at_row) = (o.key.is_some(), o.at);
         let (at, t, in_window) = (row.arrival_ns, row.tokens, row.in_window);
         if in_window
             && owned
@@ -114,11 +144,11 @@ impl<'o> ChunkFold<'o> {
             o.last_token = at;
         }
         o.agg.add(&row);
-        if let Some(left) = self.remaining.get_mut(&id) {
+        if let Some((_, left)) = at_row.and_then(|i| self.remaining.get_mut(i)) {
             *left = left.saturating_sub(1);
             if *left == 0 {
-                while let Some(&first) = self.order.get(self.next) {
-                    if self.remaining.get(&first).is_some_and(|l| *l > 0) {
+                while let Some(&(first, left)) = self.remaining.get(self.next) {
+                    if left > 0 {
                         break;
                     }
                     self.file(first, out);
@@ -133,7 +163,7 @@ impl<'o> ChunkFold<'o> {
         let Some(o) = self.open.remove(&id) else {
             return;
         };
-        if let Some(key) = self.owner.get(&id) {
+        if let Some(key) = &o.key {
             if !o.delays.is_empty() {
                 if !out.queue_delays.contains_key(key) {
                     out.queue_delays.insert(*key, out.column());
@@ -143,10 +173,11 @@ impl<'o> ChunkFold<'o> {
                 }
             }
             if !o.gaps.is_empty() {
-                out.gap_owners
-                    .entry(*key)
-                    .or_default()
-                    .push((id, o.gaps.len()));
+                let owners = out.gap_owners.entry(*key).or_insert_with(|| {
+                    // At most one a request: a cell of many is not grown by doubling.
+                    Vec::with_capacity(self.remaining.len())
+                });
+                owners.push((id, o.gaps.len()));
                 if !out.gaps.contains_key(key) {
                     out.gaps.insert(*key, out.column());
                 }
@@ -157,7 +188,7 @@ impl<'o> ChunkFold<'o> {
         }
         if let Some(text) = o.agg.finish(id, out) {
             if out.text_rules.is_some() {
-                self.text_bytes += text.0.len() + text.1.len();
+                self.text_bytes += text.0.capacity() + text.1.capacity();
                 self.texts.push((id, text));
                 if self.text_bytes >= TEXT_BATCH_BYTES {
                     self.read_texts(out);
@@ -175,10 +206,10 @@ impl<'o> ChunkFold<'o> {
         let batch = std::mem::take(&mut self.texts);
         self.text_bytes = 0;
         let read: Vec<(i64, Option<Said>, (String, String))> = {
-            let (owner, loaded): (&HashMap<i64, CellKey>, &Loaded) = (self.owner, out);
+            let (owner, loaded): (&Owners, &Loaded) = (&self.owner, out);
             batch
                 .into_par_iter()
-                .map(|(id, text)| (id, read_text(id, owner.get(&id), &text, loaded), text))
+                .map(|(id, text)| (id, read_text(id, owner.get(id), &text, loaded), text))
                 .collect()
         };
         for (id, found, text) in read {
@@ -334,7 +365,7 @@ impl Agg {
                 first_token_tokens: self.usage_first.unwrap_or(0),
             }),
         };
-        out.tokens.insert(id, agg);
+        out.tokens.insert(id, crate::data::PackedAgg::pack(&agg));
         self.text
     }
 }
@@ -353,8 +384,8 @@ fn read_text(
             .and_then(|i| v.get(i))
     })?;
     let rules = out.text_rules.as_ref()?;
-    let agg = out.tokens.get(&id)?;
-    Some(crate::said::said(info, agg, &text.0, &text.1, rules))
+    let agg = out.tokens.get(&id)?.unpack();
+    Some(crate::said::said(info, &agg, &text.0, &text.1, rules))
 }
 
 /// Appends a run of a request's text to what it has (a request whose rows were not all

@@ -85,7 +85,7 @@ pub fn said(
 pub fn stopped_early(info: &RequestInfo, tokens: i64) -> bool {
     info.end_reason == EndReason::FinishedStop
         && tokens > 0
-        && info.max_tokens.is_some_and(|m| tokens < m)
+        && info.max_tokens.is_some_and(|m| tokens < i64::from(m))
 }
 
 /// The repetitions of one channel's text the loop rules look at: within the cycle cap,

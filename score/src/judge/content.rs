@@ -61,7 +61,7 @@ fn checks(v: &DecodeView, rules: &RuleSet) -> Vec<ContentFindings> {
     if c.empty_output {
         let found = streams
             .iter()
-            .filter(|s| finished(s) && s.tokens.tokens == 0)
+            .filter(|s| finished(s) && s.tokens().tokens == 0)
             .map(|s| {
                 finding(
                     s,
@@ -76,14 +76,14 @@ fn checks(v: &DecodeView, rules: &RuleSet) -> Vec<ContentFindings> {
     if c.stop_early {
         let found = streams
             .iter()
-            .filter(|s| crate::said::stopped_early(s.info, s.tokens.tokens))
+            .filter(|s| crate::said::stopped_early(s.info, s.tokens().tokens))
             .map(|s| {
                 finding(
                     s,
                     None,
                     format!(
                         "stop after {} of {} tokens",
-                        s.tokens.tokens,
+                        s.tokens().tokens,
                         s.info.max_tokens.unwrap_or(0)
                     ),
                     said(s).and_then(|x| x.tail.clone()).unwrap_or_default(),

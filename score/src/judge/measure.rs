@@ -81,7 +81,7 @@ pub fn is_finished(r: &RequestInfo) -> bool {
 
 /// The prompt tokens of a request as the server counted them (else as asked).
 pub fn prompt_tokens(r: &RequestInfo) -> i64 {
-    r.prompt_tokens_server.unwrap_or(r.prompt_tokens_requested)
+    i64::from(r.prompt_tokens_server.unwrap_or(r.prompt_tokens_requested))
 }
 
 /// Whether the request prefilled cold: the server said less than the rule's fraction of
@@ -118,7 +118,7 @@ fn latency_gaps(v: &DecodeView, rules: &RuleSet) -> Summary {
     let out: std::collections::BTreeSet<i64> = v
         .streams
         .iter()
-        .filter(|s| latency_excluded(&s.tokens, rules))
+        .filter(|s| latency_excluded(&s.tokens(), rules))
         .map(|s| s.info.request_id)
         .collect();
     if out.is_empty() {
@@ -157,12 +157,12 @@ pub fn scored<'v, 'a>(
     v: &'v DecodeView<'a>,
     rules: &'v RuleSet,
 ) -> impl Iterator<Item = &'v Stream<'a>> {
-    v.in_scope(rules).filter(|s| s.tokens.tokens > 0)
+    v.in_scope(rules).filter(|s| s.tokens().tokens > 0)
 }
 
 /// The scout's TTFT, ns, under the TTFT rule.
 pub fn scout_ttft(scout: &Stream, rules: &RuleSet) -> Option<i64> {
-    first_token(&scout.tokens, rules.ttft.prefill())
+    first_token(&scout.tokens(), rules.ttft.prefill())
         .zip(scout.info.sent_ns)
         .map(|(f, s)| f - s)
 }
@@ -170,7 +170,7 @@ pub fn scout_ttft(scout: &Stream, rules: &RuleSet) -> Option<i64> {
 pub fn prefill(v: &PrefillView, rules: &RuleSet) -> Figures {
     let mut f = Figures::default();
     let Some(scout) = &v.scout else { return f };
-    let ttft = scout_ttft(scout, rules).filter(|_| !latency_excluded(&scout.tokens, rules));
+    let ttft = scout_ttft(scout, rules).filter(|_| !latency_excluded(&scout.tokens(), rules));
     let prompt = prompt_tokens(scout.info);
     f.prompt_tokens = Some(prompt);
     f.ttft_ms = summary(ttft.map(ms).into_iter().collect(), rules);
@@ -209,13 +209,13 @@ pub fn decode(v: &DecodeView, rules: &RuleSet) -> Figures {
         window_s: Some(window_s),
         ..Figures::default()
     };
-    f.output_tokens = v.streams.iter().map(|s| s.tokens.tokens_in_window).sum();
+    f.output_tokens = v.streams.iter().map(|s| s.tokens().tokens_in_window).sum();
     // Requests without a token count either way (none streamed) say nothing.
-    let usage = v.streams.iter().filter(|s| s.from_usage).count();
+    let usage = v.streams.iter().filter(|s| s.counted_from_usage()).count();
     let recorded = v
         .streams
         .iter()
-        .filter(|s| !s.from_usage && s.tokens.tokens > 0)
+        .filter(|s| !s.counted_from_usage() && s.tokens().tokens > 0)
         .count();
     f.token_source = Some(
         match (usage, recorded) {
@@ -225,7 +225,7 @@ pub fn decode(v: &DecodeView, rules: &RuleSet) -> Figures {
         }
         .to_string(),
     );
-    f.token_disagreements = v.streams.iter().filter(|s| s.disagrees).count();
+    f.token_disagreements = v.streams.iter().filter(|s| s.disagrees()).count();
     f.client_tick_lateness_max_ms = v.tick_lateness_max_ms();
     f.client_late_tick_share = rules
         .client_lag
@@ -237,55 +237,43 @@ pub fn decode(v: &DecodeView, rules: &RuleSet) -> Figures {
         (Some(rate), Some(w)) if w > 0.0 => Some(rate / w),
         _ => None,
     };
-    let (mut ttft, mut tbt, mut rate, mut e2e) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
-    let (mut ttft_reasoning, mut ttft_content, mut reasoning) =
-        (Vec::new(), Vec::new(), Vec::new());
-    let (mut reasoning_sum, mut token_sum) = (0i64, 0i64);
-    let mut count = 0;
     // Burst and rate cells measure the wait a user sees, a cold prefill included; a
     // decode cell's TTFT may leave cold requests out (the rule's choice).
     let open_cell = matches!(v.key.phase, Phase::Burst | Phase::Rate);
+    let (mut reasoning_sum, mut token_sum, mut count) = (0i64, 0i64, 0usize);
     for s in scored(v, rules) {
-        let (r, a) = (s.info, &s.tokens);
+        let a = s.tokens();
         count += 1;
-        // The network's timing is not the engine's (rule `[network]`).
-        let timed = !latency_excluded(a, rules);
-        let counted = open_cell || !(rules.cache.ttft_excludes_cold && is_cold(r, rules));
-        if let (Some(first), Some(sent), true) = (
-            first_token(a, rules.ttft.first),
-            r.sent_ns,
-            counted && timed,
-        ) {
-            ttft.push(ms(first - sent));
-        }
-        if let (Some(sent), true) = (r.sent_ns, timed) {
-            if let Some(t) = a.first_reasoning_ns {
-                ttft_reasoning.push(ms(t - sent));
-            }
-            if let Some(t) = a.first_content_ns {
-                ttft_content.push(ms(t - sent));
-            }
-        }
-        reasoning.push(a.reasoning_tokens as f64);
         reasoning_sum += a.reasoning_tokens;
         token_sum += a.tokens;
-        if let (Some(per_token_ns), true) = (per_token_ns(a, rules), timed) {
-            tbt.push(per_token_ns / 1e6);
-            rate.push(1e9 / per_token_ns);
-        }
-        if is_finished(r)
-            && let (Some(sent), Some(end)) = (r.sent_ns, r.end_ns)
-        {
-            e2e.push(ms(end - sent));
-        }
     }
+    // Each figure's values are gathered, summarised and dropped in turn: a cell of many
+    // requests holds one such vector at a time, sized to its requests.
+    let per = |value: &dyn Fn(&RequestInfo, &TokenAgg, bool) -> Option<f64>| {
+        let mut values = Vec::with_capacity(count);
+        values.extend(scored(v, rules).filter_map(|s| {
+            let a = s.tokens();
+            // The network's timing is not the engine's (rule `[network]`).
+            value(s.info, &a, !latency_excluded(&a, rules))
+        }));
+        summary(values, rules)
+    };
+    let since_sent = |t: Option<i64>, r: &RequestInfo, timed: bool| {
+        t.zip(r.sent_ns)
+            .filter(|_| timed)
+            .map(|(t, sent)| ms(t - sent))
+    };
     f.requests_scored = count;
-    f.ttft_ms = summary(ttft, rules);
-    f.ttft_reasoning_ms = summary(ttft_reasoning, rules);
-    f.ttft_content_ms = summary(ttft_content, rules);
-    f.reasoning_tokens = summary(reasoning, rules);
+    f.ttft_ms = per(&|r, a, timed| {
+        let counted = open_cell || !(rules.cache.ttft_excludes_cold && is_cold(r, rules));
+        since_sent(first_token(a, rules.ttft.first), r, timed && counted)
+    });
+    f.ttft_reasoning_ms = per(&|r, a, timed| since_sent(a.first_reasoning_ns, r, timed));
+    f.ttft_content_ms = per(&|r, a, timed| since_sent(a.first_content_ns, r, timed));
+    f.reasoning_tokens = per(&|_, a, _| Some(a.reasoning_tokens as f64));
     f.reasoning_share = (token_sum > 0).then(|| reasoning_sum as f64 / token_sum as f64);
-    f.time_between_tokens_ms = summary(tbt, rules);
+    f.time_between_tokens_ms =
+        per(&|_, a, timed| per_token_ns(a, rules).filter(|_| timed).map(|ns| ns / 1e6));
     f.per_request_tok_s = match rules.requests.per_request {
         // One figure per closed-loop cell: its median, no spread. Open-loop cells have no
         // concurrency to divide by: the median of the requests' own speeds.
@@ -294,9 +282,12 @@ pub fn decode(v: &DecodeView, rules: &RuleSet) -> Figures {
             median: f.total_tok_s.map(|t| t / f64::from(v.key.concurrency)),
             ..Summary::default()
         },
-        _ => summary(rate, rules),
+        _ => per(&|_, a, timed| per_token_ns(a, rules).filter(|_| timed).map(|ns| 1e9 / ns)),
     };
-    f.e2e_latency_ms = summary(e2e, rules);
+    f.e2e_latency_ms = per(&|r, _, _| {
+        let (sent, end) = (r.sent_ns?, r.end_ns?);
+        is_finished(r).then(|| ms(end - sent))
+    });
     f.itl_ms = latency_gaps(v, rules);
     f.completed_requests = v
         .streams
@@ -346,9 +337,9 @@ pub fn speculative(v: &DecodeView, f: &mut Figures) {
     let events: i64 = v
         .streams
         .iter()
-        .map(|s| s.tokens.token_events_in_window)
+        .map(|s| s.tokens().token_events_in_window)
         .sum();
-    let tokens: i64 = v.streams.iter().map(|s| s.tokens.tokens_in_window).sum();
+    let tokens: i64 = v.streams.iter().map(|s| s.tokens().tokens_in_window).sum();
     f.tokens_per_event = (events > 0).then(|| tokens as f64 / events as f64);
     if events == 0 {
         f.unavailable.insert(
@@ -437,11 +428,16 @@ pub fn connections(v: &DecodeView, f: &mut Figures) {
             .filter(|s| s.info.opened_connection == Some(true))
             .count() as i64,
     );
-    f.retries = Some(known.iter().filter_map(|s| s.info.retries).sum());
+    f.retries = Some(
+        known
+            .iter()
+            .filter_map(|s| s.info.retries.map(i64::from))
+            .sum(),
+    );
     let mut slots: std::collections::BTreeMap<i64, Vec<&Stream>> = Default::default();
     for s in &known {
         if let Some(slot) = s.info.slot {
-            slots.entry(slot).or_default().push(s);
+            slots.entry(i64::from(slot)).or_default().push(s);
         }
     }
     if slots.is_empty() {
@@ -641,7 +637,7 @@ pub fn replay(v: &DecodeView, rows: &[tokentrace_schemas::tables::ReplayRow], f:
             continue;
         };
         any = true;
-        cached += c;
+        cached += i64::from(c);
         expected += i64::from(row.expected_cached_tokens);
         prompt += prompt_tokens(s.info);
     }
@@ -680,7 +676,7 @@ fn goodput(v: &DecodeView, rules: &RuleSet, f: &mut Figures) {
 /// between tokens and E2E latency each within its limit (a limit it has no value for,
 /// such as the time between tokens of a one-token answer, does not count against it).
 pub(crate) fn meets_slo(s: &Stream, rules: &RuleSet) -> bool {
-    let (r, a) = (s.info, &s.tokens);
+    let (r, a) = (s.info, &s.tokens());
     if !is_finished(r) {
         return false;
     }

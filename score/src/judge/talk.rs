@@ -36,14 +36,14 @@ impl Turn<'_> {
     fn prefill_tok_s(&self) -> Option<f64> {
         let s = self.stream?;
         let ttft = self.ttft_ns.filter(|t| *t > 0)?;
-        let computed = prompt_tokens(s.info) - s.info.cached_tokens.unwrap_or(0);
+        let computed = prompt_tokens(s.info) - i64::from(s.info.cached_tokens.unwrap_or(0));
         Some(computed.max(0) as f64 / (ttft as f64 / 1e9))
     }
 
     /// (served, could have been): cached tokens (at most the history) and history
     /// tokens, when the server said what it cached.
     fn cache(&self) -> Option<(i64, i64)> {
-        let cached = self.stream?.info.cached_tokens?;
+        let cached = i64::from(self.stream?.info.cached_tokens?);
         let history = i64::from(self.row.history_tokens);
         Some((cached.min(history), history))
     }
@@ -63,7 +63,7 @@ fn turns<'a>(v: &'a DecodeView<'a>, rows: &'a [TurnRow], rules: &RuleSet) -> Vec
         .map(|row| {
             let stream = by_id.get(&row.request_id).copied();
             let ttft_ns = stream.and_then(|s| {
-                let first = first_token(&s.tokens, rules.ttft.first)?;
+                let first = first_token(&s.tokens(), rules.ttft.first)?;
                 Some(first - s.info.sent_ns?)
             });
             Turn {

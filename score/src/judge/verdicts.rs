@@ -101,7 +101,7 @@ pub fn scout_cached(v: &PrefillView, rules: &RuleSet) -> Vec<Evidence> {
         {
             vec![Evidence::ScoutCached {
                 request_id: scout.info.request_id,
-                cached_tokens: cached,
+                cached_tokens: i64::from(cached),
                 prompt_tokens: prompt,
                 max_fraction: max,
             }]

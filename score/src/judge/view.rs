@@ -11,21 +11,53 @@ use tokentrace_schemas::protocol::LATE_TICK_MS;
 use tokentrace_schemas::tables::Role;
 
 use crate::column::{self, Column};
-use crate::data::{EventInfo, Loaded, RequestInfo, Said, Sample, TickCounts, TokenAgg};
+use crate::data::{EventInfo, Loaded, PackedAgg, RequestInfo, Said, Sample, TickCounts, TokenAgg};
 
 use crate::loops::Repetition;
 use crate::presets::Preset;
 use crate::rules::{Channel, RequestScope, RuleSet, TokenCount};
 
-/// One request with its token aggregates, counted as the rule set says.
+/// One request with its token aggregates, counted as the rule set says. It reads both
+/// where the load holds them (a cell of many requests is not copied per view).
 #[derive(Debug, Clone, Copy)]
 pub struct Stream<'a> {
     pub info: &'a RequestInfo,
-    pub tokens: TokenAgg,
-    /// The counts in `tokens` came from the server's cumulative usage.
-    pub from_usage: bool,
+    /// Its aggregates as loaded (`None`: it streamed no row).
+    agg: Option<&'a PackedAgg>,
+    /// Counted as: `None` as recorded (a prefill cell's scout).
+    count: Option<TokenCount>,
+}
+
+impl Stream<'_> {
+    /// Its token aggregates, with the counts taken from usage when the rule set says so
+    /// and the usage holds them.
+    pub fn tokens(&self) -> TokenAgg {
+        self.counted().0
+    }
+
+    /// The counts in [`Stream::tokens`] came from the server's cumulative usage.
+    pub fn counted_from_usage(&self) -> bool {
+        self.counted().1
+    }
+
     /// The usage total and the recorded total differ.
-    pub disagrees: bool,
+    pub fn disagrees(&self) -> bool {
+        let raw = self.raw();
+        raw.usage.is_some_and(|u| u.tokens != raw.tokens)
+    }
+
+    /// Its aggregates as recorded.
+    pub fn raw(&self) -> TokenAgg {
+        self.agg.map(PackedAgg::unpack).unwrap_or_default()
+    }
+
+    fn counted(&self) -> (TokenAgg, bool) {
+        let raw = self.raw();
+        match self.count {
+            Some(count) => raw.counted(count),
+            None => (raw, false),
+        }
+    }
 }
 
 /// A server gauge inside the window: its metric name (if the preset has one) and the
@@ -168,7 +200,10 @@ impl<'a> DecodeView<'a> {
         streams.extend(
             all.iter()
                 .filter(|r| matches!(r.role, Role::Warmup | Role::Measured))
-                .map(|r| counted(stream(loaded, r), rules.tokens.count)),
+                .map(|r| Stream {
+                    count: Some(rules.tokens.count),
+                    ..stream(loaded, r)
+                }),
         );
         let samples = loaded.samples.get(&key);
         let series = |name: Option<&'a String>| samples.zip(name).and_then(|(s, n)| s.get(n));
@@ -349,24 +384,13 @@ fn requests(loaded: &Loaded, key: CellKey) -> &[RequestInfo] {
     loaded.requests.get(&key).map(Vec::as_slice).unwrap_or(&[])
 }
 
-fn stream<'a>(loaded: &Loaded, r: &'a RequestInfo) -> Stream<'a> {
-    let tokens = loaded
-        .tokens
-        .get(&r.request_id)
-        .copied()
-        .unwrap_or_default();
+/// Request `r` with its aggregates, counted as recorded.
+fn stream<'a>(loaded: &'a Loaded, r: &'a RequestInfo) -> Stream<'a> {
     Stream {
         info: r,
-        tokens,
-        from_usage: false,
-        disagrees: tokens.usage.is_some_and(|u| u.tokens != tokens.tokens),
+        agg: loaded.tokens.get(&r.request_id),
+        count: None,
     }
-}
-
-/// The stream with its counts taken from usage when the rule says so and it can.
-fn counted(mut s: Stream<'_>, count: TokenCount) -> Stream<'_> {
-    (s.tokens, s.from_usage) = s.tokens.counted(count);
-    s
 }
 
 /// What the text rules read of each stream's text: as the fold took it while reading
@@ -384,12 +408,7 @@ fn said_of<'a>(
         .par_iter()
         .filter_map(|s| {
             let (content, reasoning) = loaded.text.get(&s.info.request_id)?;
-            let raw = loaded
-                .tokens
-                .get(&s.info.request_id)
-                .copied()
-                .unwrap_or_default();
-            let said = crate::said::said(s.info, &raw, content, reasoning, rules);
+            let said = crate::said::said(s.info, &s.raw(), content, reasoning, rules);
             (!said.is_empty()).then_some((s.info.request_id, said))
         })
         .collect();

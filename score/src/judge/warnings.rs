@@ -88,9 +88,9 @@ fn cache_requests(
         .map(|s| ColdRequest {
             request_id: s.info.request_id,
             role: s.info.role.as_str().to_string(),
-            cached_tokens: s.info.cached_tokens.unwrap_or(0),
+            cached_tokens: i64::from(s.info.cached_tokens.unwrap_or(0)),
             prompt_tokens: prompt_tokens(s.info),
-            ttft_ms: first_token(&s.tokens, rules.ttft.first)
+            ttft_ms: first_token(&s.tokens(), rules.ttft.first)
                 .zip(s.info.sent_ns)
                 .map(|(f, t)| ms(f - t)),
         })
@@ -343,35 +343,37 @@ fn rechunk_warning<'s, 'a: 's>(
     let n = &rules.network;
     let events_per_read = n.rechunk_events_per_read?;
     let min = i64::from(n.rechunk_min_events.max(1));
-    let judged: Vec<&Stream> = streams.filter(|s| s.tokens.token_events >= min).collect();
+    let judged: Vec<&Stream> = streams.filter(|s| s.tokens().token_events >= min).collect();
     let flagged: Vec<&Stream> = judged
         .iter()
         .copied()
-        .filter(|s| is_rechunked(&s.tokens, rules))
+        .filter(|s| is_rechunked(&s.tokens(), rules))
         .collect();
     if flagged.is_empty() {
         return None;
     }
     let (events, reads) = flagged.iter().fold((0, 0), |(e, r), s| {
-        (e + s.tokens.token_events, r + s.tokens.token_reads)
+        (e + s.tokens().token_events, r + s.tokens().token_reads)
     });
     let requests = flagged
         .iter()
         .take(RECHUNKED_LISTED)
-        .map(|s| RechunkedRequest {
-            request_id: s.info.request_id,
-            role: s.info.role.as_str().to_string(),
-            token_events: s.tokens.token_events,
-            reads: s.tokens.token_reads,
-            largest_read: s.tokens.largest_read,
-            span_ms: s
-                .tokens
-                .first_token_ns
-                .zip(s.tokens.last_token_ns)
-                .map(|(f, l)| ms(l - f)),
-            ttft_ms: first_token(&s.tokens, first)
-                .zip(s.info.sent_ns)
-                .map(|(f, t)| ms(f - t)),
+        .map(|s| {
+            let a = s.tokens();
+            RechunkedRequest {
+                request_id: s.info.request_id,
+                role: s.info.role.as_str().to_string(),
+                token_events: a.token_events,
+                reads: a.token_reads,
+                largest_read: a.largest_read,
+                span_ms: a
+                    .first_token_ns
+                    .zip(a.last_token_ns)
+                    .map(|(f, l)| ms(l - f)),
+                ttft_ms: first_token(&a, first)
+                    .zip(s.info.sent_ns)
+                    .map(|(f, t)| ms(f - t)),
+            }
         })
         .collect();
     Some(Warning::Rechunked(Box::new(RechunkEvidence {

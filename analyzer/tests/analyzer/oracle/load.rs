@@ -253,23 +253,28 @@ fn load_requests(run: &Run, mut requests: LazyFrame, out: &mut Loaded) -> Result
             .as_deref()
             .and_then(EndReason::parse)
             .ok_or_else(|| bad("bad end_reason"))?;
+        // The table's 32-bit columns, read back as such (polars reads them as Int64).
+        let narrow = |v: Option<i64>, what: &str| {
+            v.map(i32::try_from)
+                .transpose()
+                .map_err(|_| bad(&format!("{what} out of range")))
+        };
         out.requests.entry(key).or_default().push(RequestInfo {
             request_id,
-            key,
             role,
             end_reason,
-            prompt_tokens_requested: asked[i].unwrap_or(0),
-            prompt_tokens_server: server[i],
-            cached_tokens: cached[i],
+            prompt_tokens_requested: narrow(asked[i], "prompt_tokens_requested")?.unwrap_or(0),
+            prompt_tokens_server: narrow(server[i], "prompt_tokens_server")?,
+            cached_tokens: narrow(cached[i], "cached_tokens_server")?,
             scheduled_ns: scheduled[i].ok_or_else(|| bad("null scheduled_ns"))?,
             sent_ns: sent[i],
             end_ns: end[i],
-            error: error[i].clone(),
-            slot: slot[i],
-            max_tokens: max_tokens[i],
+            error: error[i].clone().map(String::into_boxed_str),
+            slot: narrow(slot[i], "slot")?,
+            max_tokens: narrow(max_tokens[i], "max_tokens")?,
             connection_id: connection[i],
             opened_connection: RequestInfo::opened(connection_at[i], connect_start[i]),
-            retries: retries[i],
+            retries: narrow(retries[i], "retries")?,
         });
     }
     for v in out.requests.values_mut() {
@@ -376,9 +381,8 @@ fn load_chunks(run: &Run, chunks: LazyFrame, loads: Loads, out: &mut Loaded) -> 
     // Each request's cell, from the requests already loaded.
     let owner: HashMap<i64, CellKey> = out
         .requests
-        .values()
-        .flatten()
-        .map(|r| (r.request_id, r.key))
+        .iter()
+        .flat_map(|(k, v)| v.iter().map(move |r| (r.request_id, *k)))
         .collect();
     if loads == Loads::Traces {
         timelines(run, &with_window, &owner, out)?;
@@ -453,7 +457,7 @@ fn aggregate(
             .map_err(perr(run))
     };
     let (content, reasoning) = (str_column("content")?, str_column("reasoning")?);
-    let mut fold = fold::ChunkFold::new(owner);
+    let mut fold = fold::ChunkFold::new(fold::Owners::Map(owner));
     let rows = ids
         .iter()
         .zip(arrival.iter())
