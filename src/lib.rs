@@ -86,6 +86,10 @@ pub struct RecordCmd {
 /// command line that cannot run is an `Err` holding a
 /// [`UsageError`](tokentrace_recorder::cli::UsageError): exit code 2.
 pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
+    // Every command but `record` and `sim` reads run folders.
+    if !matches!(cli.command, Command::Record(_) | Command::Sim(_)) {
+        tokentrace_recorder::run::heap::prepare_analysis();
+    }
     match cli.command {
         Command::Check(args) => {
             let run = remote::local(&args.run)?;

@@ -432,41 +432,132 @@ impl MetricFold {
     /// Files every scrape's value, in time order.
     pub fn finish(self, out: &mut Loaded) {
         for ((key, name, start_ns), (end_ns, mut values)) in self.grouped {
-            values.sort_by(|a, b| a.0.cmp(&b.0));
-            let value = if name == protocol::CLIENT_LAG_METRIC {
-                // The recorder's own lag: the `stat="max"` summary is the series; the
-                // tick counts go to their own table.
-                let stat = |want: LagStat| {
-                    values
-                        .iter()
-                        .find(|(l, _)| LagStat::from_labels(l) == Some(want))
-                        .map(|(_, v)| *v)
-                };
-                if let Some(ticks) = stat(LagStat::Ticks) {
-                    out.tick_counts.entry(key).or_default().push(TickCounts {
-                        start_ns,
-                        end_ns,
-                        ticks,
-                        over: (0..protocol::LATE_TICK_MS.len())
-                            .map(|i| stat(LagStat::Over(i)).unwrap_or(0.0))
-                            .collect(),
-                    });
-                }
-                stat(LagStat::Max).unwrap_or(f64::NAN)
-            } else {
-                values.iter().map(|(_, v)| *v).sum()
-            };
-            out.samples
-                .entry(key)
-                .or_default()
-                .entry(name)
-                .or_default()
-                .push(Sample {
-                    start_ns,
-                    end_ns,
-                    value,
-                });
+            file_scrape(out, key, &name, (start_ns, end_ns), &mut values);
         }
+    }
+}
+
+/// One scrape of one series into [`Loaded::samples`]: its label sets summed in label
+/// order (the recorder's own lag: its `stat="max"`, and its tick counts into
+/// [`Loaded::tick_counts`]).
+fn file_scrape(
+    out: &mut Loaded,
+    key: CellKey,
+    name: &str,
+    (start_ns, end_ns): (i64, i64),
+    values: &mut [(String, f64)],
+) {
+    values.sort_by(|a, b| a.0.cmp(&b.0));
+    let value = if name == protocol::CLIENT_LAG_METRIC {
+        // The recorder's own lag: the `stat="max"` summary is the series; the tick counts
+        // go to their own table.
+        let stat = |want: LagStat| {
+            values
+                .iter()
+                .find(|(l, _)| LagStat::from_labels(l) == Some(want))
+                .map(|(_, v)| *v)
+        };
+        if let Some(ticks) = stat(LagStat::Ticks) {
+            out.tick_counts.entry(key).or_default().push(TickCounts {
+                start_ns,
+                end_ns,
+                ticks,
+                over: (0..protocol::LATE_TICK_MS.len())
+                    .map(|i| stat(LagStat::Over(i)).unwrap_or(0.0))
+                    .collect(),
+            });
+        }
+        stat(LagStat::Max).unwrap_or(f64::NAN)
+    } else {
+        values.iter().map(|(_, v)| *v).sum()
+    };
+    let series = out.samples.entry(key).or_default();
+    let sample = Sample {
+        start_ns,
+        end_ns,
+        value,
+    };
+    match series.get_mut(name) {
+        Some(v) => v.push(sample),
+        None => {
+            series.insert(name.to_string(), vec![sample]);
+        }
+    }
+}
+
+/// One cell's metric rows of the wanted series as the recorder writes them, scrape by
+/// scrape: each series' scrape is filed as soon as a later one of it comes, so memory
+/// holds one scrape per series, not the cell's (a [`MetricFold`] groups rows in any
+/// order, holding every one). Rows out of that order are noticed
+/// ([`ScrapeFold::finish`] says so), and the cell is then read by a [`MetricFold`]: the
+/// same samples either way.
+#[derive(Debug)]
+pub struct ScrapeFold {
+    key: CellKey,
+    /// Per series: its scrape being gathered.
+    open: BTreeMap<String, OpenScrape>,
+    disordered: bool,
+}
+
+/// A series' scrape being gathered: its start and end, and every label set's value.
+#[derive(Debug)]
+struct OpenScrape {
+    start: i64,
+    end: i64,
+    values: Vec<(String, f64)>,
+}
+
+impl ScrapeFold {
+    pub fn new(key: CellKey) -> Self {
+        ScrapeFold {
+            key,
+            open: BTreeMap::new(),
+            disordered: false,
+        }
+    }
+
+    /// Adds one sample; a scrape of a series is filed when a later one comes.
+    pub fn push(
+        &mut self,
+        name: &str,
+        (start, end): (i64, i64),
+        labels: String,
+        value: f64,
+        out: &mut Loaded,
+    ) {
+        if self.disordered {
+            return;
+        }
+        let next = OpenScrape {
+            start,
+            end,
+            values: vec![(labels, value)],
+        };
+        let Some(open) = self.open.get_mut(name) else {
+            self.open.insert(name.to_string(), next);
+            return;
+        };
+        if start == open.start {
+            open.values.extend(next.values);
+        } else if start > open.start {
+            let mut was = std::mem::replace(open, next);
+            file_scrape(out, self.key, name, (was.start, was.end), &mut was.values);
+        } else {
+            // An earlier scrape than one already filed or under way.
+            self.disordered = true;
+        }
+    }
+
+    /// Files the scrapes still open; `false`: some rows came out of scrape order, and
+    /// what was filed is not every sample (read the cell with a [`MetricFold`]).
+    pub fn finish(self, out: &mut Loaded) -> bool {
+        if self.disordered {
+            return false;
+        }
+        for (name, mut s) in self.open {
+            file_scrape(out, self.key, &name, (s.start, s.end), &mut s.values);
+        }
+        true
     }
 }
 
@@ -491,5 +582,82 @@ pub fn in_window(out: &Loaded, key: Option<&CellKey>, at: Option<i64>) -> bool {
     match (key.and_then(|k| out.windows.get(k)), at) {
         (Some((open, close)), Some(at)) => at >= *open && at <= *close,
         _ => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokentrace_schemas::layout::Phase;
+
+    /// Scrapes of three series, two of them with two label sets, and of the recorder's
+    /// lag; values that sum differently in another order.
+    fn rows() -> Vec<(String, i64, i64, String, f64)> {
+        let mut rows = Vec::new();
+        for scrape in 0..40i64 {
+            let (start, end) = (scrape * 1_000, scrape * 1_000 + 7);
+            for (name, labels) in [
+                ("running", vec!["engine=\"1\"", "engine=\"0\""]),
+                ("waiting", vec!["engine=\"0\""]),
+                ("generated", vec!["b", "a", "c"]),
+            ] {
+                for (i, l) in labels.iter().enumerate() {
+                    let v = 0.1 * (scrape as f64) + 1e16 * (i as f64) + 0.3;
+                    rows.push((name.to_string(), start, end, l.to_string(), v));
+                }
+            }
+            let lag = protocol::CLIENT_LAG_METRIC;
+            for (labels, v) in [
+                ("stat=\"max\"", 0.002 * scrape as f64),
+                ("stat=\"ticks\"", 1000.0),
+            ] {
+                rows.push((lag.to_string(), start, end, labels.to_string(), v));
+            }
+        }
+        rows
+    }
+
+    fn grouped(rows: &[(String, i64, i64, String, f64)], key: CellKey) -> Loaded {
+        let mut out = Loaded::default();
+        let mut m = MetricFold::default();
+        for (name, start, end, labels, v) in rows.iter().cloned() {
+            m.push(key, name, start, end, labels, v);
+        }
+        m.finish(&mut out);
+        out
+    }
+
+    #[test]
+    fn scrapes_in_order_are_filed_as_a_grouping_files_them() {
+        let key = CellKey::new(Phase::Decode, 1024, 8);
+        let rows = rows();
+        let mut out = Loaded::default();
+        let mut s = ScrapeFold::new(key);
+        for (name, start, end, labels, v) in rows.iter().cloned() {
+            s.push(&name, (start, end), labels, v, &mut out);
+        }
+        assert!(s.finish(&mut out));
+        let want = grouped(&rows, key);
+        assert_eq!(format!("{:?}", out.samples), format!("{:?}", want.samples));
+        assert_eq!(out.tick_counts, want.tick_counts);
+        assert_eq!(out.samples[&key]["running"].len(), 40);
+        assert_eq!(out.tick_counts[&key].len(), 40);
+
+        // A row of an earlier scrape after a later one: noticed.
+        let mut late = rows.clone();
+        let at = late.iter().position(|r| r.1 == 5_000).unwrap_or(0);
+        let row = late.remove(at);
+        late.push(row);
+        let (mut out, mut s) = (Loaded::default(), ScrapeFold::new(key));
+        for (name, start, end, labels, v) in late.iter().cloned() {
+            s.push(&name, (start, end), labels, v, &mut out);
+        }
+        assert!(!s.finish(&mut out));
+        // The grouping gives the same samples for the rows in any order.
+        let again = grouped(&late, key);
+        assert_eq!(
+            format!("{:?}", again.samples),
+            format!("{:?}", want.samples)
+        );
     }
 }

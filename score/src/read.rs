@@ -12,7 +12,7 @@ use tokentrace_schemas::reader::{open_columns, open_table, read_table};
 use tokentrace_schemas::tables::{Chunks, Events, Gpu, Metrics, Replay, Requests, Turns};
 
 use crate::data::{EventInfo, Loaded, RequestInfo};
-use crate::fold::{self, ChunkFold, ChunkIn, MetricFold};
+use crate::fold::{self, ChunkFold, ChunkIn, MetricFold, ScrapeFold};
 
 /// Adds the committed cell `key` in `dir` to `out`; `series` are the metric names to
 /// keep (the engine preset's and the recorder's own). With `traces` (the HTML page's
@@ -135,8 +135,58 @@ pub fn cell(
         out.timelines.insert(key, timeline);
     }
 
+    metrics(dir, key, series, out)?;
+    gpu(dir, key, out)?;
+    replay(dir, key, out)?;
+    turns(dir, key, out)
+}
+
+/// The cell's metric rows of the wanted `series` into [`Loaded::samples`], scrape by
+/// scrape ([`ScrapeFold`]); a table whose rows are not in scrape order is read again and
+/// grouped whole ([`MetricFold`]).
+fn metrics(
+    dir: &Path,
+    key: CellKey,
+    series: &[String],
+    out: &mut Loaded,
+) -> tokentrace_schemas::Result<()> {
+    let path = dir.join(table_file::<Metrics>());
+    // What the cell had before (a cell read from more than one folder), to go back to.
+    let had: Vec<(String, usize)> = out
+        .samples
+        .get(&key)
+        .map(|s| s.iter().map(|(n, v)| (n.clone(), v.len())).collect())
+        .unwrap_or_default();
+    let had_ticks = out.tick_counts.get(&key).map_or(0, Vec::len);
+    let mut scrapes = ScrapeFold::new(key);
+    for block in open_table::<Metrics>(&path)? {
+        for m in block? {
+            if series.contains(&m.name) {
+                let at = (m.scrape_start_ns, m.scrape_end_ns);
+                scrapes.push(&m.name, at, m.labels, m.value, out);
+            }
+        }
+    }
+    if scrapes.finish(out) {
+        return Ok(());
+    }
+    if had.is_empty() {
+        out.samples.remove(&key);
+    } else if let Some(s) = out.samples.get_mut(&key) {
+        s.retain(|name, _| had.iter().any(|(n, _)| n == name));
+        for (name, len) in &had {
+            if let Some(v) = s.get_mut(name) {
+                v.truncate(*len);
+            }
+        }
+    }
+    if had_ticks == 0 {
+        out.tick_counts.remove(&key);
+    } else if let Some(t) = out.tick_counts.get_mut(&key) {
+        t.truncate(had_ticks);
+    }
     let mut metrics = MetricFold::default();
-    for block in open_table::<Metrics>(&dir.join(table_file::<Metrics>()))? {
+    for block in open_table::<Metrics>(&path)? {
         for m in block? {
             if series.contains(&m.name) {
                 let (start, end) = (m.scrape_start_ns, m.scrape_end_ns);
@@ -145,9 +195,7 @@ pub fn cell(
         }
     }
     metrics.finish(out);
-    gpu(dir, key, out)?;
-    replay(dir, key, out)?;
-    turns(dir, key, out)
+    Ok(())
 }
 
 /// Each request's rows in the chunks table at `path`, in ascending ids with rows: those

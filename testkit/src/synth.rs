@@ -128,6 +128,9 @@ pub struct DecodeSpec {
     /// Lifecycle events of these kinds carry this detail (none by default, as a
     /// recorder before details were written).
     pub details: Vec<(EventKind, String)>,
+    /// Write the server's scrapes latest first (a table out of scrape order, which a
+    /// reader must group whole).
+    pub scrapes_reversed: bool,
 }
 
 impl DecodeSpec {
@@ -157,6 +160,7 @@ impl DecodeSpec {
             buffered: None,
             limits: WriterLimits::default(),
             details: Vec::new(),
+            scrapes_reversed: false,
         }
     }
 }
@@ -511,20 +515,23 @@ fn write_lag(w: &mut CellWriter, spec: &DecodeSpec) -> Result<()> {
 fn write_scrapes(w: &mut CellWriter, spec: &DecodeSpec, end_ns: i64) -> Result<()> {
     let labels = canonical_labels(&[("engine", "0"), ("model_name", "deepseek")]);
     let n = f64::from(spec.key.concurrency);
-    let mut t = 0i64;
+    let times = (0..)
+        .map(|i| i * spec.scrape_interval_ns)
+        .take_while(|t| *t <= end_ns);
     let mut generated = 0.0;
-    let mut index = 0usize;
-    while t <= end_ns {
+    // With `scrapes_reversed`, every scrape's rows, to be written latest first.
+    let mut rows: Vec<Vec<MetricRow>> = Vec::new();
+    for (index, t) in times.enumerate() {
         let end = t + 3_000_000;
         let (running, waiting) = spec
             .scrape_overrides
             .iter()
             .find(|o| o.0 == index)
             .map_or((spec.running.unwrap_or(n), spec.waiting), |o| (o.1, o.2));
-        index += 1;
         generated += n / (spec.step_ns as f64 / 1e9) * (spec.scrape_interval_ns as f64 / 1e9);
+        let mut scrape = Vec::new();
         let mut push = |family: &str, name: &str, labels: &str, value: f64, ty: MetricType| {
-            w.push_metric(MetricRow {
+            scrape.push(MetricRow {
                 scrape_start_ns: t,
                 scrape_end_ns: end,
                 family: family.to_string(),
@@ -532,7 +539,8 @@ fn write_scrapes(w: &mut CellWriter, spec: &DecodeSpec, end_ns: i64) -> Result<(
                 labels: labels.to_string(),
                 value,
                 metric_type: ty,
-            })
+            });
+            Ok::<(), tokentrace_schemas::Error>(())
         };
         let vllm = Engine::Vllm.series();
         push(
@@ -573,7 +581,16 @@ fn write_scrapes(w: &mut CellWriter, spec: &DecodeSpec, end_ns: i64) -> Result<(
                 MetricType::Histogram,
             )?;
         }
-        t += spec.scrape_interval_ns;
+        if spec.scrapes_reversed {
+            rows.push(scrape);
+        } else {
+            for row in scrape {
+                w.push_metric(row)?;
+            }
+        }
+    }
+    for row in rows.into_iter().rev().flatten() {
+        w.push_metric(row)?;
     }
     Ok(())
 }

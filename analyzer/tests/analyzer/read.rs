@@ -195,10 +195,12 @@ fn cells_of_many_row_groups_score_the_same_cell_by_cell_as_loaded_whole() {
             looping: Some((1, "the same words once more, and again: ".to_string())),
             ..DecodeSpec::new(key(4), 12_000)
         },
+        // Its scrapes written latest first: read grouped whole, not scrape by scrape.
         DecodeSpec {
             limits,
             failing: Some(2),
             waiting: 0.5,
+            scrapes_reversed: true,
             ..DecodeSpec::new(key(8), 16_000)
         },
         // A stream a proxy held and let go in bursts: under `default` its gaps are left
