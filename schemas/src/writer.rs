@@ -30,6 +30,12 @@ use crate::{CREATED_BY, SCHEMA_VERSION, SCHEMA_VERSION_KEY, TABLE_KEY, fsutil};
 pub const DEFAULT_BATCH_ROWS: usize = 8 * 1024;
 /// Most rows in one row group.
 pub const DEFAULT_MAX_ROW_GROUP_ROWS: usize = 128 * 1024;
+/// Most rows in one row group of the `requests` table. A request's row is written when it
+/// ends, so at 1,000 requests/s a group of 128 Ki rows was built over 131 s, and the
+/// recorder's heap rose by its buffered pages (about 9 MB) and fell at each flush; each
+/// such top could set a new high-water mark of its resident memory (BENCHMARKS.md,
+/// "Cells of any length": the soak's steps came at the flushes).
+pub const REQUESTS_ROW_GROUP_ROWS: usize = 16 * 1024;
 /// A row group is flushed once its encoded, buffered size passes this many bytes.
 pub const DEFAULT_MAX_ROW_GROUP_BYTES: usize = 32 * 1024 * 1024;
 /// zstd level for the tables (3: zstd's default, a good size/speed point for traces).
@@ -67,7 +73,7 @@ pub fn writer_properties<T: Table>(limits: &WriterLimits) -> WriterProperties {
         ]))
         .set_compression(Compression::ZSTD(zstd))
         .set_dictionary_enabled(true)
-        .set_max_row_group_row_count(Some(limits.max_row_group_rows));
+        .set_max_row_group_row_count(Some(max_row_group_rows::<T>(limits)));
     for field in T::fields() {
         let name = field.name();
         let col = ColumnPath::from(name.as_str());
@@ -84,6 +90,15 @@ pub fn writer_properties<T: Table>(limits: &WriterLimits) -> WriterProperties {
         }
     }
     b.build()
+}
+
+/// Most rows in one row group of table `T` under `limits`.
+pub fn max_row_group_rows<T: Table>(limits: &WriterLimits) -> usize {
+    if T::NAME == Requests::NAME {
+        limits.max_row_group_rows.min(REQUESTS_ROW_GROUP_ROWS)
+    } else {
+        limits.max_row_group_rows
+    }
 }
 
 /// Streams rows of one table into a Parquet file with bounded memory.

@@ -55,6 +55,37 @@ fn requests_roundtrip() {
     roundtrip::<Requests>(request_rows(2_345));
 }
 
+/// Row groups of the default limits: a `requests` group holds at most 16 Ki rows (a
+/// recorder builds one over 16 s at 1,000 requests/s, not over two minutes), a
+/// `chunks` group up to 128 Ki.
+#[test]
+fn requests_row_groups_are_smaller_than_other_tables() {
+    use tokentrace_schemas::writer::{DEFAULT_MAX_ROW_GROUP_ROWS, REQUESTS_ROW_GROUP_ROWS};
+    fn groups<T: Table>(rows: Vec<T::Row>) -> Vec<i64> {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join(format!("{}.parquet", T::NAME));
+        let mut w = TableWriter::<T>::create(&path).expect("create");
+        for r in rows {
+            w.push(r).expect("push");
+        }
+        w.finish().expect("finish");
+        let reader = SerializedFileReader::new(File::open(&path).expect("open")).expect("parquet");
+        reader
+            .metadata()
+            .row_groups()
+            .iter()
+            .map(|rg| rg.num_rows())
+            .collect()
+    }
+    let r = REQUESTS_ROW_GROUP_ROWS as i64;
+    assert_eq!(
+        groups::<Requests>(request_rows(40_000)),
+        [r, r, 40_000 - 2 * r]
+    );
+    assert_eq!(groups::<Chunks>(chunk_rows(40_000)), [40_000]);
+    assert_eq!(DEFAULT_MAX_ROW_GROUP_ROWS, 128 * 1024);
+}
+
 #[test]
 fn chunks_roundtrip() {
     roundtrip::<Chunks>(chunk_rows(5_001));
