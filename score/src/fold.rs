@@ -106,6 +106,7 @@ impl<'o> ChunkFold<'o> {
     /// every request of a lower id are in, so memory holds the requests under way, not
     /// the cell's.
     pub fn counted(owner: Owners<'o>, rows: Vec<(i64, u64)>) -> Self {
+        debug_assert!(rows.windows(2).all(|w| w[0].0 < w[1].0), "ids ascending");
         ChunkFold {
             remaining: rows,
             ..ChunkFold::new(owner)

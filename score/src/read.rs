@@ -59,7 +59,10 @@ pub fn cell(
         }));
     }
     requests.sort_by_key(|r| r.request_id);
-    let ids: Vec<i64> = requests.iter().map(|r| r.request_id).collect();
+    let mut ids: Vec<i64> = requests.iter().map(|r| r.request_id).collect();
+    // Ascending and distinct (a corrupt table may repeat an id): each id's rows are
+    // counted, and its request filed, once.
+    ids.dedup();
     out.tokens.reserve(requests.len());
     match out.requests.get_mut(&key) {
         Some(had) => had.extend(requests),

@@ -128,9 +128,10 @@ pub struct DecodeSpec {
     /// Lifecycle events of these kinds carry this detail (none by default, as a
     /// recorder before details were written).
     pub details: Vec<(EventKind, String)>,
-    /// Write the server's scrapes latest first (a table out of scrape order, which a
-    /// reader must group whole).
-    pub scrapes_reversed: bool,
+    /// Write the server's last two scrapes in the wrong order (a table out of scrape
+    /// order, noticed by a reader only after it filed every scrape before them, which it
+    /// must then group whole).
+    pub scrapes_swapped: bool,
 }
 
 impl DecodeSpec {
@@ -160,7 +161,7 @@ impl DecodeSpec {
             buffered: None,
             limits: WriterLimits::default(),
             details: Vec::new(),
-            scrapes_reversed: false,
+            scrapes_swapped: false,
         }
     }
 }
@@ -519,7 +520,7 @@ fn write_scrapes(w: &mut CellWriter, spec: &DecodeSpec, end_ns: i64) -> Result<(
         .map(|i| i * spec.scrape_interval_ns)
         .take_while(|t| *t <= end_ns);
     let mut generated = 0.0;
-    // With `scrapes_reversed`, every scrape's rows, to be written latest first.
+    // With `scrapes_swapped`, every scrape's rows, the last two to be swapped.
     let mut rows: Vec<Vec<MetricRow>> = Vec::new();
     for (index, t) in times.enumerate() {
         let end = t + 3_000_000;
@@ -581,7 +582,7 @@ fn write_scrapes(w: &mut CellWriter, spec: &DecodeSpec, end_ns: i64) -> Result<(
                 MetricType::Histogram,
             )?;
         }
-        if spec.scrapes_reversed {
+        if spec.scrapes_swapped {
             rows.push(scrape);
         } else {
             for row in scrape {
@@ -589,7 +590,11 @@ fn write_scrapes(w: &mut CellWriter, spec: &DecodeSpec, end_ns: i64) -> Result<(
             }
         }
     }
-    for row in rows.into_iter().rev().flatten() {
+    let n = rows.len();
+    if n >= 2 {
+        rows.swap(n - 2, n - 1);
+    }
+    for row in rows.into_iter().flatten() {
         w.push_metric(row)?;
     }
     Ok(())

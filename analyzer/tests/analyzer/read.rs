@@ -195,12 +195,13 @@ fn cells_of_many_row_groups_score_the_same_cell_by_cell_as_loaded_whole() {
             looping: Some((1, "the same words once more, and again: ".to_string())),
             ..DecodeSpec::new(key(4), 12_000)
         },
-        // Its scrapes written latest first: read grouped whole, not scrape by scrape.
+        // Its last two scrapes written in the wrong order: read grouped whole, once
+        // every scrape before them was filed (and is taken back).
         DecodeSpec {
             limits,
             failing: Some(2),
             waiting: 0.5,
-            scrapes_reversed: true,
+            scrapes_swapped: true,
             ..DecodeSpec::new(key(8), 16_000)
         },
         // A stream a proxy held and let go in bursts: under `default` its gaps are left

@@ -24,7 +24,8 @@ pub struct Stream<'a> {
     pub info: &'a RequestInfo,
     /// Its aggregates as loaded (`None`: it streamed no row).
     agg: Option<&'a PackedAgg>,
-    /// Counted as: `None` as recorded (a prefill cell's scout).
+    /// Counted as: `None` as recorded (a prefill cell's scout, or the decode request that
+    /// stands for it).
     count: Option<TokenCount>,
 }
 
