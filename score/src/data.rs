@@ -124,6 +124,14 @@ impl NarrowAgg {
     const SET: u8 = 1 << 7;
 }
 
+/// The earlier of two times, either of which may be absent.
+fn earlier(a: Option<i64>, b: Option<i64>) -> Option<i64> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    }
+}
+
 impl std::fmt::Debug for PackedAgg {
     /// As the aggregate it holds (what the tests compare two loads by).
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -133,11 +141,7 @@ impl std::fmt::Debug for PackedAgg {
 
 impl PackedAgg {
     pub fn pack(a: &TokenAgg) -> PackedAgg {
-        let earlier = match (a.first_content_ns, a.first_reasoning_ns) {
-            (Some(c), Some(r)) => Some(c.min(r)),
-            (c, r) => c.or(r),
-        };
-        if earlier != a.first_text_ns {
+        if earlier(a.first_content_ns, a.first_reasoning_ns) != a.first_text_ns {
             return PackedAgg::Wide(Box::new(*a));
         }
         let times = [
@@ -200,10 +204,7 @@ impl PackedAgg {
             token_events_in_window: c(2),
             first_chunk_ns: t(0),
             first_content_ns,
-            first_text_ns: match (first_content_ns, first_reasoning_ns) {
-                (Some(c), Some(r)) => Some(c.min(r)),
-                (c, r) => c.or(r),
-            },
+            first_text_ns: earlier(first_content_ns, first_reasoning_ns),
             first_reasoning_ns,
             reasoning_tokens: c(3),
             first_token_ns: t(3),

@@ -9,7 +9,9 @@ use tokentrace_schemas::arrow_array::types::{Int32Type, Int64Type};
 use tokentrace_schemas::arrow_array::{Array, ArrayRef, Int32Array, Int64Array, StringArray};
 use tokentrace_schemas::layout::{CellKey, Phase, table_file};
 use tokentrace_schemas::reader::{open_columns, open_table, read_table};
-use tokentrace_schemas::tables::{Chunks, Events, Gpu, Metrics, Replay, Requests, Turns};
+use tokentrace_schemas::tables::{
+    Chunks, Events, Gpu, MetricRow, Metrics, Replay, Requests, Turns,
+};
 
 use crate::data::{EventInfo, Loaded, RequestInfo};
 use crate::fold::{self, ChunkFold, ChunkIn, MetricFold, ScrapeFold};
@@ -161,15 +163,21 @@ fn metrics(
         .map(|s| s.iter().map(|(n, v)| (n.clone(), v.len())).collect())
         .unwrap_or_default();
     let had_ticks = out.tick_counts.get(&key).map_or(0, Vec::len);
-    let mut scrapes = ScrapeFold::new(key);
-    for block in open_table::<Metrics>(&path)? {
-        for m in block? {
-            if series.contains(&m.name) {
-                let at = (m.scrape_start_ns, m.scrape_end_ns);
-                scrapes.push(&m.name, at, m.labels, m.value, out);
-            }
+    // Each row of a wanted series, in file order.
+    let wanted = |f: &mut dyn FnMut(MetricRow)| -> tokentrace_schemas::Result<()> {
+        for block in open_table::<Metrics>(&path)? {
+            block?
+                .into_iter()
+                .filter(|m| series.contains(&m.name))
+                .for_each(&mut *f);
         }
-    }
+        Ok(())
+    };
+    let mut scrapes = ScrapeFold::new(key);
+    wanted(&mut |m| {
+        let at = (m.scrape_start_ns, m.scrape_end_ns);
+        scrapes.push(&m.name, at, m.labels, m.value, out);
+    })?;
     if scrapes.finish(out) {
         return Ok(());
     }
@@ -189,14 +197,10 @@ fn metrics(
         t.truncate(had_ticks);
     }
     let mut metrics = MetricFold::default();
-    for block in open_table::<Metrics>(&path)? {
-        for m in block? {
-            if series.contains(&m.name) {
-                let (start, end) = (m.scrape_start_ns, m.scrape_end_ns);
-                metrics.push(key, m.name, start, end, m.labels, m.value);
-            }
-        }
-    }
+    wanted(&mut |m| {
+        let (start, end) = (m.scrape_start_ns, m.scrape_end_ns);
+        metrics.push(key, m.name, start, end, m.labels, m.value);
+    })?;
     metrics.finish(out);
     Ok(())
 }
