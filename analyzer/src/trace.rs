@@ -9,6 +9,7 @@ use tokentrace_schemas::layout::Phase;
 use tokentrace_schemas::tables::Role;
 
 use tokentrace_score::data::{Loaded, RequestInfo};
+use tokentrace_score::timeline::Timeline;
 
 /// Most points kept of a series drawn: a cell's output tokens over time (see
 /// `token_series`: about this many), and its gauges, which a longer scrape series cuts to
@@ -150,24 +151,22 @@ fn loop_text(
     ))
 }
 
-/// A cell's output tokens over time from its token events (time order): seconds from
-/// the window's opening and the cumulative count there. Past [`MAX_POINTS`] events, every
-/// k-th event (k = events / MAX_POINTS, rounded up) and the last: the series only rises,
-/// so the curve between two kept points stays between their counts, and each kept count
-/// is exact.
-fn token_series(events: &[(i64, i64)], open: i64) -> (Vec<f64>, Vec<i64>) {
-    let stride = events.len().div_ceil(MAX_POINTS).max(1);
-    let mut times = Vec::new();
-    let mut tokens = Vec::new();
-    let mut total = 0i64;
-    for (i, (at, n)) in events.iter().enumerate() {
-        total += n;
-        if i % stride == 0 || i + 1 == events.len() {
-            times.push(seconds(*at, open));
-            tokens.push(total);
-        }
-    }
-    (times, tokens)
+/// A cell's output tokens over time from its token events (taken in time order, ties by
+/// tokens): seconds from the window's opening and the cumulative count there. Past
+/// [`MAX_POINTS`] events, every k-th event (k = events / MAX_POINTS, rounded up) and the
+/// last: the series only rises, so the curve between two kept points stays between
+/// their counts, and each kept count is exact. Should a spilled timeline's file be
+/// unreadable, the curve is left empty (a drawing, not a figure).
+fn token_series(events: &Timeline, open: i64) -> (Vec<f64>, Vec<i64>) {
+    let n = events.len();
+    let stride = n.div_ceil(MAX_POINTS).max(1);
+    let ranks: Vec<usize> = (0..n).filter(|i| i % stride == 0 || i + 1 == n).collect();
+    events
+        .cumulative_at(&ranks)
+        .unwrap_or_default()
+        .into_iter()
+        .map(|(at, total)| (seconds(at, open), total))
+        .unzip()
 }
 
 fn seconds(ns: i64, open: i64) -> f64 {
@@ -188,7 +187,8 @@ pub fn cell_trace(
         return None;
     }
     let replay = key.phase == Phase::Replay;
-    let events = loaded.timelines.get(key).map(Vec::as_slice).unwrap_or(&[]);
+    let none = Timeline::default();
+    let events = loaded.timelines.get(key).unwrap_or(&none);
     let (times, tokens) = token_series(events, open);
     let drawn: Vec<&RequestInfo> = loaded
         .requests
@@ -361,7 +361,12 @@ mod tests {
         let events: Vec<(i64, i64)> = (0..50_000i64)
             .map(|i| (i * 1_000 + i % 7, 1 + i % 3))
             .collect();
-        let (times, tokens) = token_series(&events, 0);
+        // Pushed in reverse: the series takes them in time order whatever they came in.
+        let mut timeline = Timeline::with_limit(1_000);
+        for (at, n) in events.iter().rev() {
+            timeline.push(*at, *n);
+        }
+        let (times, tokens) = token_series(&timeline, 0);
         assert!(
             times.len() <= MAX_POINTS + 1 && times.len() > COLUMNS,
             "{}",

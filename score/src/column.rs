@@ -11,7 +11,8 @@ use std::collections::BTreeMap;
 use std::io::{Read, Seek, SeekFrom, Write};
 use std::sync::Mutex;
 
-/// Values a column holds in memory before it writes them to its file (8 MiB).
+/// Values a column holds in memory before it first writes them to its file (8 MiB);
+/// from then on it writes every [`READ_VALUES`].
 pub const MEMORY_VALUES: usize = 1 << 20;
 
 /// Buckets of one counting pass.
@@ -20,7 +21,13 @@ const BUCKETS: usize = 1 << 16;
 /// An interval with at most this many values is gathered and sorted.
 const GATHER: u64 = 1 << 16;
 
-/// Values read from the file at a time.
+/// What the passes of one scan may allocate together, counters and gathered values (at
+/// least one pass is made whatever it needs: at most 512 KiB). The ITL summary's 18
+/// ranks fit in one scan; a drill-down's 601 ranks take more where their intervals are
+/// dense.
+const SCAN_BYTES: usize = 8 << 20;
+
+/// Values read from the file at a time, and written once a column has a file.
 const READ_VALUES: usize = 1 << 16;
 
 /// An append-only column of `i64`, exact order statistics in bounded memory.
@@ -139,6 +146,13 @@ impl Column {
             }
         }
         self.memory.clear();
+        // A column that has a file writes a block at a time from then on: holding its
+        // first limit's worth as a write buffer was 16 MiB at the peak of every long
+        // cell, for two columns.
+        if self.limit > READ_VALUES {
+            self.limit = READ_VALUES;
+            self.memory = Vec::with_capacity(READ_VALUES);
+        }
     }
 
     /// The error that left the column incomplete, if writing its file failed.
@@ -262,11 +276,22 @@ struct Target {
 
 /// The values at `ranks` of what `scan` gives (whose extent is `e`) in ascending order,
 /// exactly, in passes over `scan` that each hold at most 65,536 counters or values per
-/// interval being narrowed. Ranks at or past `e.n` are left out.
+/// interval being narrowed, and [`SCAN_BYTES`] for all of them. Ranks at or past `e.n`
+/// are left out.
 pub fn select(
     scan: &Scan<'_>,
     e: Extent,
     ranks: &[usize],
+) -> std::io::Result<BTreeMap<usize, i64>> {
+    select_within(scan, e, ranks, SCAN_BYTES)
+}
+
+/// [`select`] with the passes of one scan holding at most `budget` bytes.
+fn select_within(
+    scan: &Scan<'_>,
+    e: Extent,
+    ranks: &[usize],
+    budget: usize,
 ) -> std::io::Result<BTreeMap<usize, i64>> {
     let mut found = BTreeMap::new();
     let mut targets: Vec<Target> = ranks
@@ -294,17 +319,31 @@ pub fn select(
         if targets.is_empty() {
             return Ok(found);
         }
-        // The distinct intervals still to narrow; each pass counts (or gathers) them all.
+        // The distinct intervals still to narrow (disjoint: each is one bucket of an
+        // earlier pass, or the whole range), in order. A scan counts (or gathers) as
+        // many as fit in `budget`, at least one; the rest wait for the next.
         let mut intervals: Vec<(i64, i64, u64)> =
             targets.iter().map(|t| (t.lo, t.hi, t.count)).collect();
         intervals.sort_unstable();
         intervals.dedup();
-        let mut passes: Vec<Pass> = intervals
-            .iter()
-            .map(|&(lo, hi, count)| Pass::new(lo, hi, count))
-            .collect();
+        debug_assert!(
+            intervals.windows(2).all(|w| w[0].1 < w[1].0),
+            "{intervals:?}"
+        );
+        let mut used = 0usize;
+        let mut passes: Vec<Pass> = Vec::new();
+        for &(lo, hi, count) in &intervals {
+            let bytes = Pass::bytes(lo, hi, count);
+            if !passes.is_empty() && used + bytes > budget {
+                continue;
+            }
+            used += bytes;
+            passes.push(Pass::new(lo, hi, count));
+        }
         scan(&mut |v| {
-            for p in passes.iter_mut() {
+            // The last interval starting at or below v, if v lies in it.
+            let i = passes.partition_point(|p| p.lo <= v);
+            if let Some(p) = i.checked_sub(1).and_then(|i| passes.get_mut(i)) {
                 p.add(v);
             }
         })?;
@@ -328,24 +367,85 @@ struct Pass {
     hi: i64,
     /// Bucket width (values per bucket) when counting.
     width: u128,
-    counts: Vec<u64>,
+    counts: Counts,
     values: Option<Vec<i64>>,
 }
 
+/// Values per bucket: 32-bit while the interval holds fewer than 2^32 values (half the
+/// bytes: a pass per wanted rank can be live at once, 18 of them for the ITL summary).
+enum Counts {
+    Narrow(Vec<u32>),
+    Wide(Vec<u64>),
+}
+
+impl Counts {
+    fn new(buckets: usize, count: u64) -> Self {
+        if count <= u64::from(u32::MAX) {
+            Counts::Narrow(vec![0; buckets])
+        } else {
+            Counts::Wide(vec![0; buckets])
+        }
+    }
+
+    fn add(&mut self, b: usize) {
+        match self {
+            Counts::Narrow(c) => {
+                if let Some(c) = c.get_mut(b) {
+                    *c += 1;
+                }
+            }
+            Counts::Wide(c) => {
+                if let Some(c) = c.get_mut(b) {
+                    *c += 1;
+                }
+            }
+        }
+    }
+
+    /// Each bucket's count, in order.
+    fn iter(&self) -> Box<dyn Iterator<Item = u64> + '_> {
+        match self {
+            Counts::Narrow(c) => Box::new(c.iter().map(|&n| u64::from(n))),
+            Counts::Wide(c) => Box::new(c.iter().copied()),
+        }
+    }
+}
+
 impl Pass {
+    /// The bucket width of a pass over `[lo, hi]`, and whether it gathers its `count`
+    /// values instead.
+    fn shape(lo: i64, hi: i64, count: u64) -> (u128, bool) {
+        let span = (i128::from(hi) - i128::from(lo) + 1) as u128;
+        (span.div_ceil(BUCKETS as u128).max(1), count <= GATHER)
+    }
+
+    /// What a pass over `[lo, hi]` holding `count` values allocates.
+    fn bytes(lo: i64, hi: i64, count: u64) -> usize {
+        let (width, gather) = Pass::shape(lo, hi, count);
+        let span = (i128::from(hi) - i128::from(lo) + 1) as u128;
+        if gather {
+            count as usize * 8
+        } else {
+            let per = if count <= u64::from(u32::MAX) { 4 } else { 8 };
+            span.div_ceil(width) as usize * per
+        }
+    }
+
     fn new(lo: i64, hi: i64, count: u64) -> Self {
         let span = (i128::from(hi) - i128::from(lo) + 1) as u128;
-        let gather = count <= GATHER;
-        let width = span.div_ceil(BUCKETS as u128).max(1);
+        let (width, gather) = Pass::shape(lo, hi, count);
         Pass {
             lo,
             hi,
             width,
-            counts: if gather {
-                Vec::new()
-            } else {
-                vec![0; span.div_ceil(width) as usize]
-            },
+            counts: Counts::new(
+                if gather {
+                    0
+                } else {
+                    span.div_ceil(width) as usize
+                },
+                count,
+            ),
             values: gather.then(|| Vec::with_capacity(count as usize)),
         }
     }
@@ -358,9 +458,7 @@ impl Pass {
             Some(values) => values.push(v),
             None => {
                 let b = ((i128::from(v) - i128::from(self.lo)) as u128 / self.width) as usize;
-                if let Some(c) = self.counts.get_mut(b) {
-                    *c += 1;
-                }
+                self.counts.add(b);
             }
         }
     }
@@ -375,7 +473,7 @@ impl Pass {
             return;
         }
         let mut before = 0u64;
-        for (b, &c) in self.counts.iter().enumerate() {
+        for (b, c) in self.counts.iter().enumerate() {
             if within < before + c {
                 let lo = i128::from(self.lo) + (b as i128) * self.width as i128;
                 let hi = (lo + self.width as i128 - 1).min(i128::from(self.hi));
@@ -464,6 +562,98 @@ mod tests {
         check(&[], 4);
         check(&[42], 1);
         check(&[3, -1, 2], 1);
+    }
+
+    /// Many ranks at once (a drill-down asks 601), their passes admitted a few per
+    /// scan, or one: the same values as a sort.
+    #[test]
+    fn many_ranks_in_a_small_budget_equal_a_sort() {
+        let mut next = rng(57);
+        let random: Vec<i64> = (0..200_000).map(|_| (next() % 5_000_000) as i64).collect();
+        let clustered: Vec<i64> = (0..200_000)
+            .map(|i| {
+                1_000_000_000 + (next() % 2_000) as i64 + if i % 50 == 0 { 1 << 40 } else { 0 }
+            })
+            .collect();
+        let constant = vec![7i64; 70_000];
+        for values in [&random, &clustered, &constant] {
+            let mut sorted = values.clone();
+            sorted.sort_unstable();
+            let n = sorted.len();
+            let ranks: Vec<usize> = (0..n).step_by(n.div_ceil(600)).chain([n - 1]).collect();
+            let e = Extent {
+                n,
+                min: sorted[0],
+                max: sorted[n - 1],
+            };
+            let scan = |f: &mut dyn FnMut(i64)| -> std::io::Result<()> {
+                values.iter().for_each(|v| f(*v));
+                Ok(())
+            };
+            for budget in [1, 600_000, SCAN_BYTES] {
+                let got = select_within(&scan, e, &ranks, budget).expect("selects");
+                for r in &ranks {
+                    assert_eq!(
+                        got.get(r),
+                        Some(&sorted[*r]),
+                        "rank {r} of {n}, budget {budget}"
+                    );
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn a_column_with_a_file_writes_a_block_at_a_time() {
+        let mut c = Column::default();
+        c.extend(0..(MEMORY_VALUES as i64 + 10));
+        assert_eq!(c.in_file, MEMORY_VALUES);
+        assert!(
+            c.memory.capacity() <= READ_VALUES,
+            "{}",
+            c.memory.capacity()
+        );
+        c.extend(0..(READ_VALUES as i64));
+        assert_eq!(c.in_file, MEMORY_VALUES + READ_VALUES);
+        assert_eq!(c.memory.len(), 10);
+        assert!(
+            c.memory.capacity() <= READ_VALUES,
+            "{}",
+            c.memory.capacity()
+        );
+        let got = c.select(&[0, MEMORY_VALUES + 5]).expect("selects");
+        assert_eq!(got.get(&0), Some(&0));
+        // 0..1 Mi+10 then 0..64 Ki: the value at that rank among both runs, sorted.
+        let mut all: Vec<i64> = (0..(MEMORY_VALUES as i64 + 10))
+            .chain(0..(READ_VALUES as i64))
+            .collect();
+        all.sort_unstable();
+        assert_eq!(got.get(&(MEMORY_VALUES + 5)), Some(&all[MEMORY_VALUES + 5]));
+    }
+
+    #[test]
+    fn a_pass_over_more_values_than_32_bits_count_narrows_alike() {
+        for count in [1_000_000, u64::from(u32::MAX) + 1] {
+            let mut p = Pass::new(0, 999_999, count);
+            assert_eq!(
+                matches!(p.counts, Counts::Wide(_)),
+                count > u64::from(u32::MAX)
+            );
+            for v in 0..1_000_000 {
+                p.add(v);
+            }
+            let mut t = Target {
+                rank: 500_000,
+                lo: 0,
+                hi: 999_999,
+                below: 0,
+                count: 1_000_000,
+            };
+            p.narrow(&mut t);
+            assert!(t.lo <= 500_000 && 500_000 <= t.hi, "{t:?}");
+            assert_eq!(t.below, t.lo as u64);
+            assert!(t.hi - t.lo < 20, "{t:?}");
+        }
     }
 
     #[test]

@@ -293,9 +293,9 @@ pub struct Loaded {
     pub replay: BTreeMap<CellKey, Vec<tokentrace_schemas::tables::ReplayRow>>,
     /// Per conversation cell: its `turns` rows (request id order).
     pub turns: BTreeMap<CellKey, Vec<tokentrace_schemas::tables::TurnRow>>,
-    /// Per decode cell: its token events in time order, (arrival ns, tokens); loaded
-    /// only for the HTML page's drill-down traces (`read::cell` with `traces`).
-    pub timelines: BTreeMap<CellKey, Vec<(i64, i64)>>,
+    /// Per decode cell: its token events, (arrival ns, tokens), in bounded memory;
+    /// loaded only for the HTML page's drill-down traces (`read::cell` with `traces`).
+    pub timelines: BTreeMap<CellKey, crate::timeline::Timeline>,
     /// Values of a per-token column held in memory before the rest go to a temporary
     /// file (`None`: [`crate::column::MEMORY_VALUES`]; the tests make it small).
     pub memory_values: Option<usize>,
@@ -305,6 +305,13 @@ impl Loaded {
     /// An empty column of this load's memory limit.
     pub fn column(&self) -> Column {
         Column::with_limit(self.memory_values.unwrap_or(crate::column::MEMORY_VALUES))
+    }
+
+    /// An empty timeline of this load's memory limit.
+    pub fn timeline(&self) -> crate::timeline::Timeline {
+        crate::timeline::Timeline::with_limit(
+            self.memory_values.unwrap_or(crate::column::MEMORY_VALUES),
+        )
     }
 }
 

@@ -22,6 +22,7 @@ pub mod rules;
 pub mod said;
 pub mod stages;
 pub mod stats;
+pub mod timeline;
 
 pub use contract::Scoring;
 pub use error::{Error, Result};

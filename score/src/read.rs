@@ -82,7 +82,7 @@ pub fn cell(
     let owner = fold::Owners::Cell(key, ids);
     let mut f = ChunkFold::counted(owner, rows);
     let timelines = traces && key.phase == Phase::Decode;
-    let mut timeline = Vec::new();
+    let mut timeline = out.timeline();
     let reader = open_columns::<Chunks>(&path, &CHUNK_COLUMNS)?;
     for columns in reader {
         let columns = columns?;
@@ -106,7 +106,7 @@ pub fn cell(
                 && let Some(t) = t.filter(|t| *t > 0)
                 && f.owns(request_id)
             {
-                timeline.push((arrival_ns, i64::from(t)));
+                timeline.push(arrival_ns, i64::from(t));
             }
             let row = ChunkIn {
                 request_id: Some(request_id),
@@ -124,19 +124,19 @@ pub fn cell(
         }
     }
     f.finish(out);
-    for column in [out.gaps.get(&key), out.queue_delays.get(&key)]
+    let failed = [out.gaps.get(&key), out.queue_delays.get(&key)]
         .into_iter()
         .flatten()
-    {
-        if let Some(e) = column.failed() {
-            return Err(tokentrace_schemas::Error::io(
-                &path,
-                std::io::Error::other(e),
-            ));
-        }
+        .filter_map(|c| c.failed())
+        .chain(timeline.failed())
+        .next();
+    if let Some(e) = failed {
+        return Err(tokentrace_schemas::Error::io(
+            &path,
+            std::io::Error::other(e),
+        ));
     }
     if timelines {
-        timeline.sort_unstable();
         out.timelines.insert(key, timeline);
     }
 

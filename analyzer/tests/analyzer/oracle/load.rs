@@ -414,7 +414,11 @@ fn timelines(
     }
     for (key, mut v) in found {
         v.sort_unstable();
-        out.timelines.insert(key, v);
+        let mut timeline = out.timeline();
+        for (at, t) in v {
+            timeline.push(at, t);
+        }
+        out.timelines.insert(key, timeline);
     }
     Ok(())
 }
