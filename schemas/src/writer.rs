@@ -11,7 +11,7 @@ use arrow_schema::SchemaRef;
 use parquet::arrow::ArrowWriter;
 use parquet::basic::{Compression, Encoding, ZstdLevel};
 use parquet::file::metadata::KeyValue;
-use parquet::file::properties::WriterProperties;
+use parquet::file::properties::{EnabledStatistics, WriterProperties};
 use parquet::schema::types::ColumnPath;
 
 use crate::digest::Sha256;
@@ -72,6 +72,10 @@ pub fn writer_properties<T: Table>(limits: &WriterLimits) -> WriterProperties {
             KeyValue::new(TABLE_KEY.to_string(), T::NAME.to_string()),
         ]))
         .set_compression(Compression::ZSTD(zstd))
+        // Statistics per row group, not per page: the page-level ones (the column
+        // index) are held until the file closes, a few allocations per page, and
+        // no reader of ours uses them.
+        .set_statistics_enabled(EnabledStatistics::Chunk)
         .set_dictionary_enabled(true)
         .set_max_row_group_row_count(Some(max_row_group_rows::<T>(limits)));
     for field in T::fields() {

@@ -86,6 +86,34 @@ fn requests_row_groups_are_smaller_than_other_tables() {
     assert_eq!(DEFAULT_MAX_ROW_GROUP_ROWS, 128 * 1024);
 }
 
+/// Statistics per row group, none per page: the writer holds no column index until the
+/// file closes (a long cell's recorder grew by it), and the footer has none.
+#[test]
+fn tables_keep_row_group_statistics_and_no_column_index() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("chunks.parquet");
+    let mut w = TableWriter::<Chunks>::create(&path).expect("create");
+    for r in chunk_rows(45_000) {
+        w.push(r).expect("push");
+    }
+    w.finish().expect("finish");
+    let reader = SerializedFileReader::new(File::open(&path).expect("open")).expect("parquet");
+    let meta = reader.metadata();
+    assert!(meta.num_row_groups() > 0);
+    let arrival = Chunks::schema()
+        .index_of("arrival_ns")
+        .expect("an arrival column");
+    for rg in meta.row_groups() {
+        assert!(
+            rg.column(arrival).statistics().is_some(),
+            "row-group statistics"
+        );
+        for c in rg.columns() {
+            assert_eq!(c.column_index_offset(), None, "{}", c.column_path());
+        }
+    }
+}
+
 #[test]
 fn chunks_roundtrip() {
     roundtrip::<Chunks>(chunk_rows(5_001));
