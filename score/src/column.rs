@@ -379,11 +379,16 @@ enum Counts {
 }
 
 impl Counts {
+    /// Whether an interval of `count` values needs 64-bit counts.
+    fn wide(count: u64) -> bool {
+        count > u64::from(u32::MAX)
+    }
+
     fn new(buckets: usize, count: u64) -> Self {
-        if count <= u64::from(u32::MAX) {
-            Counts::Narrow(vec![0; buckets])
-        } else {
+        if Counts::wide(count) {
             Counts::Wide(vec![0; buckets])
+        } else {
+            Counts::Narrow(vec![0; buckets])
         }
     }
 
@@ -412,41 +417,33 @@ impl Counts {
 }
 
 impl Pass {
-    /// The bucket width of a pass over `[lo, hi]`, and whether it gathers its `count`
-    /// values instead.
-    fn shape(lo: i64, hi: i64, count: u64) -> (u128, bool) {
+    /// The bucket width of a pass over `[lo, hi]` and its buckets; `None` when it gathers
+    /// its `count` values instead.
+    fn shape(lo: i64, hi: i64, count: u64) -> (u128, Option<usize>) {
         let span = (i128::from(hi) - i128::from(lo) + 1) as u128;
-        (span.div_ceil(BUCKETS as u128).max(1), count <= GATHER)
+        let width = span.div_ceil(BUCKETS as u128).max(1);
+        let buckets = (count > GATHER).then(|| span.div_ceil(width) as usize);
+        (width, buckets)
     }
 
     /// What a pass over `[lo, hi]` holding `count` values allocates.
     fn bytes(lo: i64, hi: i64, count: u64) -> usize {
-        let (width, gather) = Pass::shape(lo, hi, count);
-        let span = (i128::from(hi) - i128::from(lo) + 1) as u128;
-        if gather {
-            count as usize * 8
-        } else {
-            let per = if count <= u64::from(u32::MAX) { 4 } else { 8 };
-            span.div_ceil(width) as usize * per
+        match Pass::shape(lo, hi, count).1 {
+            None => count as usize * 8,
+            Some(buckets) => buckets * if Counts::wide(count) { 8 } else { 4 },
         }
     }
 
     fn new(lo: i64, hi: i64, count: u64) -> Self {
-        let span = (i128::from(hi) - i128::from(lo) + 1) as u128;
-        let (width, gather) = Pass::shape(lo, hi, count);
+        let (width, buckets) = Pass::shape(lo, hi, count);
         Pass {
             lo,
             hi,
             width,
-            counts: Counts::new(
-                if gather {
-                    0
-                } else {
-                    span.div_ceil(width) as usize
-                },
-                count,
-            ),
-            values: gather.then(|| Vec::with_capacity(count as usize)),
+            counts: Counts::new(buckets.unwrap_or(0), count),
+            values: buckets
+                .is_none()
+                .then(|| Vec::with_capacity(count as usize)),
         }
     }
 

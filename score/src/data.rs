@@ -304,14 +304,17 @@ pub struct Loaded {
 impl Loaded {
     /// An empty column of this load's memory limit.
     pub fn column(&self) -> Column {
-        Column::with_limit(self.memory_values.unwrap_or(crate::column::MEMORY_VALUES))
+        Column::with_limit(self.memory_limit())
     }
 
     /// An empty timeline of this load's memory limit.
     pub fn timeline(&self) -> crate::timeline::Timeline {
-        crate::timeline::Timeline::with_limit(
-            self.memory_values.unwrap_or(crate::column::MEMORY_VALUES),
-        )
+        crate::timeline::Timeline::with_limit(self.memory_limit())
+    }
+
+    /// Values a per-token column holds in memory before it spills.
+    fn memory_limit(&self) -> usize {
+        self.memory_values.unwrap_or(crate::column::MEMORY_VALUES)
     }
 }
 

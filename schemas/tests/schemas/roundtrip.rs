@@ -24,6 +24,19 @@ fn small() -> WriterLimits {
     }
 }
 
+/// `rows` written as table `T` with the default limits, and the file opened for its
+/// footer.
+fn written<T: Table>(rows: Vec<T::Row>) -> SerializedFileReader<File> {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join(format!("{}.parquet", T::NAME));
+    let mut w = TableWriter::<T>::create(&path).expect("create");
+    for r in rows {
+        w.push(r).expect("push");
+    }
+    w.finish().expect("finish");
+    SerializedFileReader::new(File::open(&path).expect("open")).expect("parquet")
+}
+
 fn roundtrip<T: Table>(rows: Vec<T::Row>) {
     let dir = tempfile::tempdir().expect("tempdir");
     let path = dir.path().join(format!("{}.parquet", T::NAME));
@@ -62,15 +75,7 @@ fn requests_roundtrip() {
 fn requests_row_groups_are_smaller_than_other_tables() {
     use tokentrace_schemas::writer::{DEFAULT_MAX_ROW_GROUP_ROWS, REQUESTS_ROW_GROUP_ROWS};
     fn groups<T: Table>(rows: Vec<T::Row>) -> Vec<i64> {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let path = dir.path().join(format!("{}.parquet", T::NAME));
-        let mut w = TableWriter::<T>::create(&path).expect("create");
-        for r in rows {
-            w.push(r).expect("push");
-        }
-        w.finish().expect("finish");
-        let reader = SerializedFileReader::new(File::open(&path).expect("open")).expect("parquet");
-        reader
+        written::<T>(rows)
             .metadata()
             .row_groups()
             .iter()
@@ -90,14 +95,7 @@ fn requests_row_groups_are_smaller_than_other_tables() {
 /// file closes (a long cell's recorder grew by it), and the footer has none.
 #[test]
 fn tables_keep_row_group_statistics_and_no_column_index() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let path = dir.path().join("chunks.parquet");
-    let mut w = TableWriter::<Chunks>::create(&path).expect("create");
-    for r in chunk_rows(45_000) {
-        w.push(r).expect("push");
-    }
-    w.finish().expect("finish");
-    let reader = SerializedFileReader::new(File::open(&path).expect("open")).expect("parquet");
+    let reader = written::<Chunks>(chunk_rows(45_000));
     let meta = reader.metadata();
     assert!(meta.num_row_groups() > 0);
     let arrival = Chunks::schema()
