@@ -9,7 +9,7 @@ use rayon::prelude::*;
 use tokentrace_schemas::digest::Sha256;
 use tokentrace_schemas::layout::list_cells;
 use tokentrace_schemas::manifest::{CellMeta, Manifest};
-use tokentrace_schemas::reader::open_table;
+use tokentrace_schemas::reader::open_table_file;
 use tokentrace_schemas::tables::{Chunks, Events, Metrics, Requests};
 use tokentrace_schemas::verify::{verify_commit_mark, verify_files};
 use tokentrace_schemas::{CellKey, Table};
@@ -65,8 +65,14 @@ fn check_cell(
     {
         return Ok(());
     }
+    /// Each file's footer, the table's later parts included.
     fn footer<T: Table>(dir: &Path, file: &str) -> tokentrace_schemas::Result<()> {
-        stages::time(Stage::Open, || open_table::<T>(&dir.join(file))).map(drop)
+        let first = dir.join(file);
+        let later = tokentrace_schemas::layout::later_parts(&first);
+        for path in std::iter::once(first).chain(later) {
+            stages::time(Stage::Open, || open_table_file::<T>(&path))?;
+        }
+        Ok(())
     }
     footer::<Requests>(dir, "requests.parquet")?;
     footer::<Chunks>(dir, "chunks.parquet")?;

@@ -329,6 +329,48 @@ pub fn table_file<T: Table>() -> String {
     format!("{}.parquet", T::NAME)
 }
 
+/// The file name of part `n` of the table file `first` (`chunks.parquet`): `first` itself
+/// for part 0, then `chunks.1.parquet`, `chunks.2.parquet`... A long cell's table is
+/// split so that no writer holds the footer of an ever-longer file (FORMAT.md, "Parts").
+pub fn part_file(first: &str, n: usize) -> String {
+    if n == 0 {
+        return first.to_string();
+    }
+    match first.rsplit_once('.') {
+        Some((stem, ext)) => format!("{stem}.{n}.{ext}"),
+        None => format!("{first}.{n}"),
+    }
+}
+
+/// The first part's file name and the part's number of a later part's file name
+/// (`chunks.2.parquet` -> `chunks.parquet`, 2); `None` for any other name.
+pub fn split_part(name: &str) -> Option<(String, usize)> {
+    let (rest, ext) = name.rsplit_once('.')?;
+    let (stem, n) = rest.rsplit_once('.')?;
+    if n.is_empty() || !n.bytes().all(|b| b.is_ascii_digit()) || n.starts_with('0') {
+        return None;
+    }
+    Some((format!("{stem}.{ext}"), n.parse().ok()?))
+}
+
+/// The further parts of the table file `first` that exist, in order (`chunks.1.parquet`,
+/// `chunks.2.parquet`...), up to the first number missing.
+pub fn later_parts(first: &Path) -> Vec<PathBuf> {
+    let (Some(dir), Some(name)) = (first.parent(), first.file_name().and_then(|n| n.to_str()))
+    else {
+        return Vec::new();
+    };
+    let mut parts = Vec::new();
+    for n in 1.. {
+        let path = dir.join(part_file(name, n));
+        if !path.exists() {
+            break;
+        }
+        parts.push(path);
+    }
+    parts
+}
+
 /// Every committed cell folder under `run/cells`, sorted by key (deterministic order).
 /// A folder without a cell.json is still listed: the caller decides what incomplete means.
 /// A run without a `cells` folder has no cells (every cell skipped, or none recorded yet).

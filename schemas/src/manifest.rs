@@ -762,6 +762,18 @@ impl CellMeta {
         self.files.contains_key(crate::layout::FIGURES_FILE)
     }
 
+    /// Rows of the table whose first file is `first` (`chunks.parquet`), its later parts
+    /// included, as the commit mark lists them.
+    pub fn table_rows(&self, first: &str) -> u64 {
+        self.files
+            .iter()
+            .filter(|(name, _)| {
+                *name == first || crate::layout::split_part(name).is_some_and(|(of, _)| of == first)
+            })
+            .map(|(_, stat)| stat.rows)
+            .sum()
+    }
+
     /// Reads `cell_dir/cell.json` and checks that it marks a complete cell.
     pub fn read_complete(cell_dir: &Path) -> Result<Self> {
         let path = cell_dir.join(crate::layout::CELL_FILE);

@@ -1,6 +1,7 @@
 //! Reading trace tables back: opens a Parquet file, checks the stamp (schema version,
 //! table name) and the columns against this build's schema, then yields typed rows a
-//! batch at a time. Every failure is an error naming the file; nothing panics.
+//! batch at a time, going on into the table's later parts (`chunks.1.parquet`...), each
+//! checked alike. Every failure is an error naming the file; nothing panics.
 
 use std::fs::File;
 use std::marker::PhantomData;
@@ -60,6 +61,9 @@ struct Batches {
     row: u64,
     /// The library failed mid-file: nothing more is read.
     broken: bool,
+    /// The table's later parts, read in turn once this file ends
+    /// ([`crate::layout::later_parts`]).
+    rest: std::vec::IntoIter<PathBuf>,
 }
 
 impl Batches {
@@ -70,7 +74,18 @@ impl Batches {
             stamp,
             row: 0,
             broken: false,
+            rest: Vec::new().into_iter(),
         }
+    }
+
+    /// The next part to open once this file has ended whole (not after an error), taking
+    /// the rest of the list with it.
+    fn next_part(&mut self) -> Option<(PathBuf, std::vec::IntoIter<PathBuf>)> {
+        if self.broken {
+            return None;
+        }
+        let next = self.rest.next()?;
+        Some((next, std::mem::take(&mut self.rest)))
     }
 
     /// The next batch, `None` at the end (and after an error).
@@ -131,21 +146,32 @@ fn guarded<R>(path: &Path, f: impl FnOnce() -> Result<R>) -> Result<R> {
     })
 }
 
-/// Opens a table file, checking version and schema.
+/// Opens a table, checking version and schema: the file `path`, then each later part of
+/// it that exists ([`crate::layout::later_parts`]), opened and checked alike as the one
+/// before it ends.
 pub fn open_table<T: Table>(path: &Path) -> Result<TableReader<T>> {
-    guarded(path, || open_unguarded(path))
+    let mut reader = open_table_file::<T>(path)?;
+    reader.batches.rest = crate::layout::later_parts(path).into_iter();
+    Ok(reader)
 }
 
-fn open_unguarded<T: Table>(path: &Path) -> Result<TableReader<T>> {
+/// Opens one table file alone, without its later parts (what `verify` counts per file).
+pub fn open_table_file<T: Table>(path: &Path) -> Result<TableReader<T>> {
+    guarded(path, || {
+        Ok(TableReader {
+            batches: open_whole::<T>(path)?,
+            _table: PhantomData,
+        })
+    })
+}
+
+fn open_whole<T: Table>(path: &Path) -> Result<Batches> {
     let (builder, stamp) = checked::<T>(path)?;
     let inner = builder.build().map_err(|source| Error::Corrupt {
         path: path.to_path_buf(),
         source,
     })?;
-    Ok(TableReader {
-        batches: Batches::new(path, inner, stamp),
-        _table: PhantomData,
-    })
+    Ok(Batches::new(path, inner, stamp))
 }
 
 /// A table file's reader builder, its stamp and columns checked against `T`'s schema (a
@@ -239,15 +265,32 @@ fn check_stamp<T: Table>(
 }
 
 impl<T: Table> TableReader<T> {
-    /// The file's stamp (version, table, writer, row count from the footer).
+    /// The stamp of the file being read (version, table, writer, row count from its
+    /// footer): the first part's until it ends.
     pub fn stamp(&self) -> &FileStamp {
         &self.batches.stamp
     }
 
-    /// The next batch of rows, `None` at the end (and after an error). At the end, rows
-    /// that do not add up to the footer's count are an error, as in [`Self::verify`].
+    /// The next record batch, going on into the next part when a file ends whole.
+    fn next_batch(&mut self) -> Result<Option<arrow_array::RecordBatch>> {
+        loop {
+            if let Some(batch) = self.batches.next_batch()? {
+                return Ok(Some(batch));
+            }
+            let Some((next, rest)) = self.batches.next_part() else {
+                return Ok(None);
+            };
+            self.batches.broken = true;
+            self.batches = guarded(&next, || open_whole::<T>(&next))?;
+            self.batches.rest = rest;
+        }
+    }
+
+    /// The next batch of rows, `None` at the end (and after an error). At the end of each
+    /// file, rows that do not add up to its footer's count are an error, as in
+    /// [`Self::verify`].
     pub fn next_rows(&mut self) -> Result<Option<Vec<T::Row>>> {
-        let Some(mut batch) = self.batches.next_batch()? else {
+        let Some(mut batch) = self.next_batch()? else {
             return Ok(None);
         };
         let path = &self.batches.path;
@@ -277,8 +320,11 @@ impl<T: Table> TableReader<T> {
     /// Readers less careful with damaged bytes (polars aborts the process on a length
     /// field that asks for 2^61 bytes) are handed only files that passed this.
     pub fn verify(mut self) -> Result<u64> {
-        while self.batches.next_batch()?.is_some() {}
-        Ok(self.batches.row)
+        let mut rows = 0u64;
+        while let Some(batch) = self.next_batch()? {
+            rows += batch.num_rows() as u64;
+        }
+        Ok(rows)
     }
 }
 
@@ -318,63 +364,98 @@ pub struct ColumnReader {
     /// Per column asked for: its index in the file's batches, or its type where the file
     /// predates it.
     columns: Vec<std::result::Result<usize, arrow_schema::DataType>>,
+    /// The columns asked for, by name, and how to open a later part with them.
+    names: Vec<String>,
+    reopen: OpenColumns,
 }
 
-/// Opens `columns` of a table file of `T`, checking version and schema as
-/// [`open_table`] does; a name `T` has not is an error.
+/// Opens the named columns of one table file (`open_projected` for a table).
+type OpenColumns = fn(&Path, &[&str]) -> Result<(Batches, Vec<ColumnPlace>)>;
+
+/// Where a column asked for is in a file's batches, or its type where the file predates it.
+type ColumnPlace = std::result::Result<usize, arrow_schema::DataType>;
+
+/// Opens `columns` of a table of `T` (the file `path`, then its later parts, as
+/// [`open_table`] does), checking version and schema; a name `T` has not is an error.
 pub fn open_columns<T: Table>(path: &Path, columns: &[&str]) -> Result<ColumnReader> {
-    guarded(path, || {
-        let (builder, stamp) = checked::<T>(path)?;
-        let expected = T::schema();
-        let found = builder.schema().fields().len();
-        let mut leaves = Vec::new();
-        let mut wanted = Vec::new();
-        for name in columns {
-            let Some((i, f)) = expected.fields().find(name) else {
-                return Err(Error::SchemaMismatch {
-                    path: path.to_path_buf(),
-                    table: T::NAME,
-                    expected: describe_fields(expected.fields()),
-                    found: format!("a column `{name}` asked for"),
-                });
-            };
-            if i < found {
-                leaves.push(i);
-                wanted.push(Ok(i));
-            } else {
-                wanted.push(Err(f.data_type().clone()));
-            }
-        }
-        // The projection keeps file order: each column's place among those kept.
-        let mut kept = leaves.clone();
-        kept.sort_unstable();
-        kept.dedup();
-        let columns = wanted
-            .into_iter()
-            .map(|w| w.map(|i| kept.partition_point(|k| *k < i)))
-            .collect();
-        let mask = parquet::arrow::ProjectionMask::roots(builder.parquet_schema(), kept);
-        let inner = builder
-            .with_projection(mask)
-            .build()
-            .map_err(|source| Error::Corrupt {
-                path: path.to_path_buf(),
-                source,
-            })?;
-        Ok(ColumnReader {
-            batches: Batches::new(path, inner, stamp),
-            columns,
-        })
+    let (mut batches, places) = guarded(path, || open_projected::<T>(path, columns))?;
+    batches.rest = crate::layout::later_parts(path).into_iter();
+    Ok(ColumnReader {
+        batches,
+        columns: places,
+        names: columns.iter().map(|c| (*c).to_string()).collect(),
+        reopen: open_projected::<T>,
     })
 }
 
+/// One file's batches of `columns` and each column's place in them.
+fn open_projected<T: Table>(path: &Path, columns: &[&str]) -> Result<(Batches, Vec<ColumnPlace>)> {
+    let (builder, stamp) = checked::<T>(path)?;
+    let expected = T::schema();
+    let found = builder.schema().fields().len();
+    let mut leaves = Vec::new();
+    let mut wanted = Vec::new();
+    for name in columns {
+        let Some((i, f)) = expected.fields().find(name) else {
+            return Err(Error::SchemaMismatch {
+                path: path.to_path_buf(),
+                table: T::NAME,
+                expected: describe_fields(expected.fields()),
+                found: format!("a column `{name}` asked for"),
+            });
+        };
+        if i < found {
+            leaves.push(i);
+            wanted.push(Ok(i));
+        } else {
+            wanted.push(Err(f.data_type().clone()));
+        }
+    }
+    // The projection keeps file order: each column's place among those kept.
+    let mut kept = leaves.clone();
+    kept.sort_unstable();
+    kept.dedup();
+    let columns = wanted
+        .into_iter()
+        .map(|w| w.map(|i| kept.partition_point(|k| *k < i)))
+        .collect();
+    let mask = parquet::arrow::ProjectionMask::roots(builder.parquet_schema(), kept);
+    let inner = builder
+        .with_projection(mask)
+        .build()
+        .map_err(|source| Error::Corrupt {
+            path: path.to_path_buf(),
+            source,
+        })?;
+    Ok((Batches::new(path, inner, stamp), columns))
+}
+
 impl ColumnReader {
-    /// The file's stamp (version, table, writer, row count from the footer).
+    /// The next record batch, going on into the next part when a file ends whole.
+    fn next_batch(&mut self) -> Result<Option<arrow_array::RecordBatch>> {
+        loop {
+            if let Some(batch) = self.batches.next_batch()? {
+                return Ok(Some(batch));
+            }
+            let Some((next, rest)) = self.batches.next_part() else {
+                return Ok(None);
+            };
+            self.batches.broken = true;
+            let names: Vec<&str> = self.names.iter().map(String::as_str).collect();
+            let (batches, columns) = guarded(&next, || (self.reopen)(&next, &names))?;
+            self.batches = batches;
+            self.batches.rest = rest;
+            self.columns = columns;
+        }
+    }
+
+    /// The stamp of the file being read (version, table, writer, row count from its
+    /// footer): the first part's until it ends.
     pub fn stamp(&self) -> &FileStamp {
         &self.batches.stamp
     }
 
-    /// The file, for messages.
+    /// The file being read, for messages.
     pub fn path(&self) -> &Path {
         &self.batches.path
     }
@@ -382,7 +463,7 @@ impl ColumnReader {
     /// The next batch: one array per column asked for, in that order; `None` at the end
     /// (and after an error).
     pub fn next_columns(&mut self) -> Result<Option<Vec<arrow_array::ArrayRef>>> {
-        let Some(batch) = self.batches.next_batch()? else {
+        let Some(batch) = self.next_batch()? else {
             return Ok(None);
         };
         let n = batch.num_rows();

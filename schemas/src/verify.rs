@@ -7,10 +7,10 @@ use std::path::Path;
 
 use crate::digest::Sha256;
 use crate::error::{Error, Result};
-use crate::layout::{RAW_FILE, table_file};
+use crate::layout::{RAW_FILE, later_parts, part_file, split_part, table_file};
 use crate::manifest::{CellMeta, FileStat};
 use crate::raw::RawReader;
-use crate::reader::open_table;
+use crate::reader::open_table_file;
 use crate::table::Table;
 use crate::tables::{Chunks, Events, Gpu, Metrics, Replay, Requests, Turns};
 
@@ -70,6 +70,7 @@ pub fn verify_files(dir: &Path, meta: &CellMeta) -> Result<Checksums> {
     {
         return Err(unlisted(dir, &name));
     }
+    check_parts(dir, meta)?;
     for (name, stat) in &meta.files {
         let path = dir.join(name);
         let size = match std::fs::metadata(&path) {
@@ -116,6 +117,39 @@ pub fn verify_files(dir: &Path, meta: &CellMeta) -> Result<Checksums> {
     })
 }
 
+/// Checks that a table's parts in `dir` are what the commit mark lists: each later part
+/// listed follows a listed one (a reader stops at the first number missing), and each
+/// part on disk after a listed table file is listed.
+fn check_parts(dir: &Path, meta: &CellMeta) -> Result<()> {
+    for name in meta.files.keys() {
+        if let Some((first, n)) = split_part(name) {
+            let before = part_file(&first, n - 1);
+            if !meta.files.contains_key(&before) {
+                return Err(Error::Damaged {
+                    path: dir.join(name),
+                    reason: format!(
+                        "a part of {first} after {before}, which cell.json does not list"
+                    ),
+                });
+            }
+        } else if name.ends_with(".parquet") {
+            for part in later_parts(&dir.join(name)) {
+                let listed = part
+                    .file_name()
+                    .and_then(|n| n.to_str())
+                    .is_some_and(|n| meta.files.contains_key(n));
+                if !listed {
+                    return Err(Error::Damaged {
+                        path: part,
+                        reason: format!("a part of {name} that cell.json does not list"),
+                    });
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
 /// Checks that the cell's `cell.json` in `dir` is the one the manifest recorded
 /// (`recorded`, its `cell_sha256`; nothing to check without one): a commit mark edited
 /// or swapped after the run was written is named here.
@@ -136,7 +170,7 @@ pub fn verify_commit_mark(dir: &Path, recorded: Option<Sha256>) -> Result<()> {
     Ok(())
 }
 
-/// Adds an optional table's row count to `counts` when the commit mark lists its file
+/// Adds an optional table's row counts to `counts` when the commit mark lists its file
 /// or the file is there.
 fn count_optional<T: Table>(
     dir: &Path,
@@ -145,18 +179,24 @@ fn count_optional<T: Table>(
 ) -> Result<()> {
     let name = table_file::<T>();
     if meta.files.contains_key(&name) || dir.join(&name).exists() {
-        let n = count_rows::<T>(dir)?;
-        counts.push((name, n));
+        count_rows::<T>(dir, counts)?;
     }
     Ok(())
 }
 
-fn count_rows<T: Table>(dir: &Path) -> Result<u64> {
-    let mut n = 0u64;
-    for rows in open_table::<T>(&dir.join(table_file::<T>()))? {
-        n += rows?.len() as u64;
+/// Adds the rows of each file of table `T` (its first file, then each later part) to
+/// `counts`.
+fn count_rows<T: Table>(dir: &Path, counts: &mut Vec<(String, u64)>) -> Result<()> {
+    let first = dir.join(table_file::<T>());
+    let later = later_parts(&first);
+    for (i, path) in std::iter::once(first).chain(later).enumerate() {
+        let mut n = 0u64;
+        for rows in open_table_file::<T>(&path)? {
+            n += rows?.len() as u64;
+        }
+        counts.push((part_file(&table_file::<T>(), i), n));
     }
-    Ok(n)
+    Ok(())
 }
 
 fn expect_count(dir: &Path, meta: &CellMeta, name: &str, found: u64) -> Result<()> {
@@ -210,12 +250,11 @@ pub fn verify_cell(dir: &Path) -> Result<Verified> {
             checksums,
         });
     }
-    let mut counts = vec![
-        (table_file::<Requests>(), count_rows::<Requests>(dir)?),
-        (table_file::<Chunks>(), count_rows::<Chunks>(dir)?),
-        (table_file::<Metrics>(), count_rows::<Metrics>(dir)?),
-        (table_file::<Events>(), count_rows::<Events>(dir)?),
-    ];
+    let mut counts = Vec::new();
+    count_rows::<Requests>(dir, &mut counts)?;
+    count_rows::<Chunks>(dir, &mut counts)?;
+    count_rows::<Metrics>(dir, &mut counts)?;
+    count_rows::<Events>(dir, &mut counts)?;
     // Optional tables: checked when the commit mark lists them or the file is there.
     count_optional::<Gpu>(dir, &meta, &mut counts)?;
     count_optional::<Replay>(dir, &meta, &mut counts)?;

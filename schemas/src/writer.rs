@@ -1,6 +1,7 @@
-//! Streaming Parquet writers: `TableWriter` turns rows into bounded record batches and
-//! bounded row groups (zstd, dictionary-encoded strings, delta-encoded times), and
-//! `CellWriter` builds a whole cell in a staging folder and commits it atomically.
+//! Streaming Parquet writers: `TableWriter` turns rows into bounded record batches,
+//! bounded row groups (zstd, dictionary-encoded strings, delta-encoded times) and files
+//! of bounded footers (a long table goes on in parts), and `CellWriter` builds a whole
+//! cell in a staging folder and commits it atomically.
 
 use std::fs::File;
 use std::marker::PhantomData;
@@ -16,7 +17,7 @@ use parquet::schema::types::ColumnPath;
 
 use crate::digest::Sha256;
 use crate::error::{Error, Result};
-use crate::layout::{CELL_FILE, CellKey, RAW_FILE, table_file};
+use crate::layout::{CELL_FILE, CellKey, RAW_FILE, part_file, table_file};
 use crate::manifest::{CellMeta, FileStat, write_json};
 use crate::raw::RawWriter;
 use crate::table::Table;
@@ -38,6 +39,13 @@ pub const DEFAULT_MAX_ROW_GROUP_ROWS: usize = 128 * 1024;
 pub const REQUESTS_ROW_GROUP_ROWS: usize = 16 * 1024;
 /// A row group is flushed once its encoded, buffered size passes this many bytes.
 pub const DEFAULT_MAX_ROW_GROUP_BYTES: usize = 32 * 1024 * 1024;
+/// Row groups in one file of a table before the table goes on in its next part
+/// (`chunks.1.parquet`...). The Parquet writer holds each written row group's footer
+/// entry until its file closes: about 11 KB for a `chunks` row group of 128 Ki rows,
+/// 9.5 KB for a `requests` one (BENCHMARKS.md, "The recorder on a 15-minute cell"), so
+/// one file per table grew the recorder's memory with the cell's length. 32 row groups
+/// bound it near 0.4 MB a table; a part is 4 Mi `chunks` rows, 512 Ki `requests` rows.
+pub const DEFAULT_PART_ROW_GROUPS: usize = 32;
 /// zstd level for the tables (3: zstd's default, a good size/speed point for traces).
 pub const DEFAULT_ZSTD_LEVEL: i32 = 3;
 
@@ -50,6 +58,8 @@ pub struct WriterLimits {
     pub batch_rows: usize,
     pub max_row_group_rows: usize,
     pub max_row_group_bytes: usize,
+    /// Row groups in one file before the table goes on in its next part.
+    pub part_row_groups: usize,
 }
 
 impl Default for WriterLimits {
@@ -58,6 +68,7 @@ impl Default for WriterLimits {
             batch_rows: DEFAULT_BATCH_ROWS,
             max_row_group_rows: DEFAULT_MAX_ROW_GROUP_ROWS,
             max_row_group_bytes: DEFAULT_MAX_ROW_GROUP_BYTES,
+            part_row_groups: DEFAULT_PART_ROW_GROUPS,
         }
     }
 }
@@ -105,17 +116,56 @@ pub fn max_row_group_rows<T: Table>(limits: &WriterLimits) -> usize {
     }
 }
 
-/// Streams rows of one table into a Parquet file with bounded memory.
+/// Streams rows of one table into Parquet with bounded memory: the file it was created
+/// with, then, past [`WriterLimits::part_row_groups`] row groups, the next part
+/// ([`part_file`]), each file closed whole before the next begins.
 #[derive(Debug)]
 pub struct TableWriter<T: Table> {
+    /// The file being written.
     path: PathBuf,
+    /// The first part's file name, which the later parts' names follow.
+    first: String,
     file: File,
     writer: ArrowWriter<File>,
     schema: SchemaRef,
     buf: Vec<T::Row>,
     limits: WriterLimits,
+    /// Rows written as batches, in every part.
     rows: u64,
+    /// Rows written as batches into the file being written.
+    part_rows: u64,
+    /// The parts already closed: file name and what was written.
+    done: Vec<(String, FileStat)>,
     _table: PhantomData<T>,
+}
+
+/// Creates (truncates) one Parquet file of table `T`: the file and a writer into it.
+fn create_file<T: Table>(path: &Path, limits: &WriterLimits) -> Result<(File, ArrowWriter<File>)> {
+    let file = File::create(path).map_err(|e| Error::io(path, e))?;
+    let handle = file.try_clone().map_err(|e| Error::io(path, e))?;
+    let props = writer_properties::<T>(limits);
+    let writer = ArrowWriter::try_new(handle, T::schema(), Some(props)).map_err(|source| {
+        Error::ParquetWrite {
+            path: path.to_path_buf(),
+            source,
+        }
+    })?;
+    Ok((file, writer))
+}
+
+/// Writes a file's footer, fsyncs it and says what it holds (`rows` rows).
+fn close_file(path: &Path, file: File, writer: ArrowWriter<File>, rows: u64) -> Result<FileStat> {
+    writer.close().map_err(|source| Error::ParquetWrite {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    file.sync_all().map_err(|e| Error::io(path, e))?;
+    let bytes = file.metadata().map_err(|e| Error::io(path, e))?.len();
+    Ok(FileStat {
+        rows,
+        bytes,
+        sha256: Some(Sha256::of_file(path)?),
+    })
 }
 
 impl<T: Table> TableWriter<T> {
@@ -126,25 +176,20 @@ impl<T: Table> TableWriter<T> {
 
     /// Creates (truncates) `path` with the given limits.
     pub fn with_limits(path: &Path, limits: WriterLimits) -> Result<Self> {
-        let file = File::create(path).map_err(|e| Error::io(path, e))?;
-        let handle = file.try_clone().map_err(|e| Error::io(path, e))?;
-        let schema = T::schema();
-        let props = writer_properties::<T>(&limits);
-        let writer =
-            ArrowWriter::try_new(handle, schema.clone(), Some(props)).map_err(|source| {
-                Error::ParquetWrite {
-                    path: path.to_path_buf(),
-                    source,
-                }
-            })?;
+        let (file, writer) = create_file::<T>(path, &limits)?;
         Ok(TableWriter {
             path: path.to_path_buf(),
+            first: path
+                .file_name()
+                .map_or_else(|| table_file::<T>(), |n| n.to_string_lossy().into_owned()),
             file,
             writer,
-            schema,
+            schema: T::schema(),
             buf: Vec::with_capacity(limits.batch_rows.min(DEFAULT_BATCH_ROWS)),
             limits,
             rows: 0,
+            part_rows: 0,
+            done: Vec::new(),
             _table: PhantomData,
         })
     }
@@ -192,12 +237,18 @@ impl<T: Table> TableWriter<T> {
                 found: crate::reader::describe_fields(batch.schema().fields()),
             });
         }
+        // A file that holds its row groups goes on in the next part, opened only when a
+        // row comes for it: a table never ends in an empty part.
+        if self.writer.flushed_row_groups().len() >= self.limits.part_row_groups.max(1) {
+            self.next_part()?;
+        }
         let failed = |source| Error::ParquetWrite {
             path: self.path.clone(),
             source,
         };
         self.writer.write(batch).map_err(failed)?;
         self.rows += batch.num_rows() as u64;
+        self.part_rows += batch.num_rows() as u64;
         if self.writer.in_progress_size() >= self.limits.max_row_group_bytes {
             self.writer.flush().map_err(|source| Error::ParquetWrite {
                 path: self.path.clone(),
@@ -207,21 +258,31 @@ impl<T: Table> TableWriter<T> {
         Ok(())
     }
 
-    /// Writes the footer and fsyncs the file.
-    pub fn finish(mut self) -> Result<FileStat> {
+    /// Closes the file being written (its buffered rows become its last row group) and
+    /// goes on in the table's next part.
+    fn next_part(&mut self) -> Result<()> {
+        let path = self
+            .path
+            .with_file_name(part_file(&self.first, self.done.len() + 1));
+        let (file, writer) = create_file::<T>(&path, &self.limits)?;
+        let path = std::mem::replace(&mut self.path, path);
+        let file = std::mem::replace(&mut self.file, file);
+        let writer = std::mem::replace(&mut self.writer, writer);
+        let stat = close_file(&path, file, writer, std::mem::take(&mut self.part_rows))?;
+        self.done
+            .push((part_file(&self.first, self.done.len()), stat));
+        Ok(())
+    }
+
+    /// Writes the last file's footer and fsyncs it: every part's file name, in order, with
+    /// what it holds (one part unless the table passed [`WriterLimits::part_row_groups`]
+    /// row groups).
+    pub fn finish(mut self) -> Result<Vec<(String, FileStat)>> {
         self.flush_rows()?;
-        let path = self.path.clone();
-        self.writer.close().map_err(|source| Error::ParquetWrite {
-            path: path.clone(),
-            source,
-        })?;
-        self.file.sync_all().map_err(|e| Error::io(&path, e))?;
-        let bytes = self.file.metadata().map_err(|e| Error::io(&path, e))?.len();
-        Ok(FileStat {
-            rows: self.rows,
-            bytes,
-            sha256: Some(Sha256::of_file(&path)?),
-        })
+        let stat = close_file(&self.path, self.file, self.writer, self.part_rows)?;
+        self.done
+            .push((part_file(&self.first, self.done.len()), stat));
+        Ok(self.done)
     }
 }
 
@@ -346,18 +407,18 @@ impl CellWriter {
             raw,
         } = self;
         let mut files = std::collections::BTreeMap::new();
-        files.insert(table_file::<Requests>(), requests.finish()?);
-        files.insert(table_file::<Chunks>(), chunks.finish()?);
-        files.insert(table_file::<Metrics>(), metrics.finish()?);
-        files.insert(table_file::<Events>(), events.finish()?);
+        files.extend(requests.finish()?);
+        files.extend(chunks.finish()?);
+        files.extend(metrics.finish()?);
+        files.extend(events.finish()?);
         if let Some(gpu) = gpu {
-            files.insert(table_file::<Gpu>(), gpu.finish()?);
+            files.extend(gpu.finish()?);
         }
         if let Some(replay) = replay {
-            files.insert(table_file::<Replay>(), replay.finish()?);
+            files.extend(replay.finish()?);
         }
         if let Some(turns) = turns {
-            files.insert(table_file::<Turns>(), turns.finish()?);
+            files.extend(turns.finish()?);
         }
         files.insert(RAW_FILE.to_string(), raw.finish()?);
         let meta = CellMeta {

@@ -171,7 +171,7 @@ fn fixture_runs_score_the_same_cell_by_cell_as_loaded_whole() {
 }
 
 #[test]
-fn cells_of_many_row_groups_score_the_same_cell_by_cell_as_loaded_whole() {
+fn cells_of_many_row_groups_and_parts_score_the_same_cell_by_cell_as_loaded_whole() {
     use tokentrace_schemas::layout::CellKey;
     use tokentrace_schemas::reader::open_table;
     use tokentrace_schemas::tables::Chunks;
@@ -184,6 +184,11 @@ fn cells_of_many_row_groups_score_the_same_cell_by_cell_as_loaded_whole() {
         max_row_group_rows: 1_000,
         ..WriterLimits::default()
     };
+    // Two cells' tables go on in parts of 3 row groups: requests straddle the files.
+    let parted = WriterLimits {
+        part_row_groups: 3,
+        ..limits
+    };
     let key = |n| CellKey::new(Phase::Decode, 4096, n);
     let specs = [
         DecodeSpec {
@@ -191,7 +196,7 @@ fn cells_of_many_row_groups_score_the_same_cell_by_cell_as_loaded_whole() {
             ..DecodeSpec::new(key(1), 4_000)
         },
         DecodeSpec {
-            limits,
+            limits: parted,
             looping: Some((1, "the same words once more, and again: ".to_string())),
             ..DecodeSpec::new(key(4), 12_000)
         },
@@ -207,7 +212,7 @@ fn cells_of_many_row_groups_score_the_same_cell_by_cell_as_loaded_whole() {
         // A stream a proxy held and let go in bursts: under `default` its gaps are left
         // out of the ITL figures (the column read past the request's runs of gaps).
         DecodeSpec {
-            limits,
+            limits: parted,
             buffered: Some((3, 200_000_000)),
             ..DecodeSpec::new(key(16), 40_000)
         },
@@ -223,14 +228,22 @@ fn cells_of_many_row_groups_score_the_same_cell_by_cell_as_loaded_whole() {
         .write(dir.path())
         .expect("manifest");
     // The writer caps a row group at 1,000 rows: more rows than that are several groups.
+    // A parted table has more files than one, and more than one row group in each.
     for s in &specs {
-        let chunks =
-            open_table::<Chunks>(&s.key.dir(dir.path()).join("chunks.parquet")).expect("chunks");
+        let cell = s.key.dir(dir.path());
+        let chunks = open_table::<Chunks>(&cell.join("chunks.parquet")).expect("chunks");
         assert!(
             chunks.stamp().rows > 1_500,
             "{}: {:?}",
             s.key,
             chunks.stamp()
+        );
+        let parts = tokentrace_schemas::layout::later_parts(&cell.join("chunks.parquet"));
+        assert_eq!(
+            !parts.is_empty(),
+            s.limits.part_row_groups == 3,
+            "{}: {parts:?}",
+            s.key
         );
     }
     let run = Run::open(dir.path()).expect("opens");

@@ -114,7 +114,7 @@ pub async fn record(
                 entry.status = CellStatus::Complete;
                 entry.reason = (prompt_miss > 0)
                     .then(|| format!("prompt is {tokens} tokens, {prompt_miss} off the context"));
-                let rows = done.meta.files.get("chunks.parquet").map_or(0, |f| f.rows);
+                let rows = done.meta.table_rows("chunks.parquet");
                 format!(
                     "committed: {rows} chunks, {} in {:.1} s",
                     done.tally.requests_line(),

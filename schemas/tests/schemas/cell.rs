@@ -238,3 +238,132 @@ fn the_gpu_table_is_written_only_when_there_is_telemetry() {
         "{counts:?}"
     );
 }
+
+/// A cell whose `chunks` table went on in parts: 2,000 rows in row groups of 100 and
+/// files of 3 row groups.
+fn parted_cell(run: &std::path::Path) -> (CellKey, CellMeta) {
+    use tokentrace_schemas::writer::WriterLimits;
+    let key = CellKey::new(Phase::Decode, 1024, 4);
+    let limits = WriterLimits {
+        batch_rows: 50,
+        max_row_group_rows: 100,
+        part_row_groups: 3,
+        ..WriterLimits::default()
+    };
+    let mut w = CellWriter::with_limits(run, key, limits).expect("create");
+    for r in chunk_rows(2_000) {
+        w.raw
+            .write(r.request_id, r.arrival_ns, b"data: {}\n\n")
+            .expect("raw");
+        w.push_chunk(r).expect("chunk");
+    }
+    for r in request_rows(30) {
+        w.push_request(r).expect("request");
+    }
+    (key, w.commit().expect("commit"))
+}
+
+#[test]
+fn a_long_table_goes_on_in_parts_that_read_as_one() {
+    use tokentrace_schemas::reader::{open_columns, open_table_file};
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (key, meta) = parted_cell(dir.path());
+    let cell = key.dir(dir.path());
+    // 2,000 rows: 7 parts of 3 row groups (300 rows), no more.
+    let parts: Vec<String> = (0..7)
+        .map(|n| tokentrace_schemas::layout::part_file("chunks.parquet", n))
+        .collect();
+    assert_eq!(parts[1], "chunks.1.parquet");
+    for (n, name) in parts.iter().enumerate() {
+        let rows = open_table_file::<Chunks>(&cell.join(name))
+            .expect(name)
+            .stamp()
+            .rows;
+        assert_eq!(rows, if n < 6 { 300 } else { 200 }, "{name}");
+        assert_eq!(meta.files[name].rows, rows as u64, "{name}");
+    }
+    assert!(!cell.join("chunks.7.parquet").exists());
+    assert_eq!(meta.table_rows("chunks.parquet"), 2_000);
+    assert_eq!(meta.files["requests.parquet"].rows, 30);
+    assert!(!meta.files.contains_key("requests.1.parquet"));
+    // Read from the first file, the table is every part in order.
+    assert_eq!(
+        read_table::<Chunks>(&cell.join("chunks.parquet")).expect("chunks"),
+        chunk_rows(2_000)
+    );
+    let mut ids = Vec::new();
+    for columns in
+        open_columns::<Chunks>(&cell.join("chunks.parquet"), &["request_id"]).expect("columns")
+    {
+        let columns = columns.expect("batch");
+        let a = columns[0]
+            .as_any()
+            .downcast_ref::<arrow_array::Int64Array>()
+            .expect("i64");
+        ids.extend(a.values().iter().copied());
+    }
+    let expected: Vec<i64> = chunk_rows(2_000).iter().map(|r| r.request_id).collect();
+    assert_eq!(ids, expected);
+    // `check` counts each part against the commit mark.
+    let verified = tokentrace_schemas::verify::verify_cell(&cell).expect("verifies");
+    assert!(
+        verified
+            .counts
+            .contains(&("chunks.6.parquet".to_string(), 200))
+    );
+}
+
+#[test]
+fn a_missing_or_unlisted_part_is_named() {
+    use tokentrace_schemas::verify::{verify_cell, verify_files};
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (key, meta) = parted_cell(dir.path());
+    let cell = key.dir(dir.path());
+    // A part removed: named as absent.
+    let moved = dir.path().join("moved.parquet");
+    std::fs::rename(cell.join("chunks.3.parquet"), &moved).expect("move");
+    let err = verify_files(&cell, &meta).expect_err("a part is missing");
+    assert!(
+        err.to_string().contains("chunks.3.parquet") && err.to_string().contains("absent"),
+        "{err}"
+    );
+    // The commit mark no longer lists it either: the part after the gap is named.
+    let mut gap = meta.clone();
+    gap.files.remove("chunks.3.parquet");
+    let err = verify_files(&cell, &gap).expect_err("a gap in the parts");
+    assert!(
+        err.to_string().contains("chunks.4.parquet")
+            && err.to_string().contains("chunks.3.parquet"),
+        "{err}"
+    );
+    std::fs::rename(&moved, cell.join("chunks.3.parquet")).expect("back");
+    verify_cell(&cell).expect("whole again");
+    // A part on disk the commit mark does not list.
+    std::fs::copy(cell.join("chunks.6.parquet"), cell.join("chunks.7.parquet")).expect("copy");
+    let err = verify_files(&cell, &meta).expect_err("an extra part");
+    assert!(
+        err.to_string().contains("chunks.7.parquet") && err.to_string().contains("does not list"),
+        "{err}"
+    );
+}
+
+#[test]
+fn part_names_split_back() {
+    use tokentrace_schemas::layout::{part_file, split_part};
+    assert_eq!(part_file("chunks.parquet", 0), "chunks.parquet");
+    assert_eq!(part_file("chunks.parquet", 12), "chunks.12.parquet");
+    assert_eq!(
+        split_part("chunks.12.parquet"),
+        Some(("chunks.parquet".to_string(), 12))
+    );
+    for name in [
+        "chunks.parquet",
+        "raw.sse.zst",
+        "chunks.0.parquet",
+        "chunks.01.parquet",
+        "chunks..parquet",
+        "cell.json",
+    ] {
+        assert_eq!(split_part(name), None, "{name}");
+    }
+}

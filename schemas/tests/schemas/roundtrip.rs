@@ -21,6 +21,7 @@ fn small() -> WriterLimits {
         batch_rows: 100,
         max_row_group_rows: 1000,
         max_row_group_bytes: 1 << 20,
+        ..WriterLimits::default()
     }
 }
 
@@ -44,7 +45,9 @@ fn roundtrip<T: Table>(rows: Vec<T::Row>) {
     for r in &rows {
         w.push(r.clone()).expect("push");
     }
-    let stat = w.finish().expect("finish");
+    let parts = w.finish().expect("finish");
+    assert_eq!(parts.len(), 1, "one file: {parts:?}");
+    let stat = &parts[0].1;
     assert_eq!(stat.rows, rows.len() as u64);
     assert_eq!(stat.bytes, std::fs::metadata(&path).expect("stat").len());
     let back = read_table::<T>(&path).expect("read");

@@ -33,11 +33,17 @@ pub fn scan(run: &Run, table: &str) -> Result<Option<LazyFrame>> {
     let prefix = format!("{}/", cells_dir.display());
     let (rated, others): (Vec<_>, Vec<_>) =
         run.complete_cells().partition(|(key, _)| has_level(key));
-    let file = |key: &CellKey| {
-        PlRefPath::new(format!(
-            "{prefix}{}/{table}.parquet",
-            key.partition_path().display()
-        ))
+    // A table's files: the first, then its later parts (`chunks.1.parquet`...).
+    let files = |key: &CellKey| -> Vec<PlRefPath> {
+        let first = format!("{prefix}{}/{table}.parquet", key.partition_path().display());
+        let later = tokentrace_schemas::layout::later_parts(std::path::Path::new(&first));
+        std::iter::once(PlRefPath::new(first.clone()))
+            .chain(
+                later
+                    .iter()
+                    .map(|p| PlRefPath::new(p.display().to_string())),
+            )
+            .collect()
     };
     let mut frames = Vec::new();
     if !others.is_empty() {
@@ -56,7 +62,7 @@ pub fn scan(run: &Run, table: &str) -> Result<Option<LazyFrame>> {
             glob: false,
             ..Default::default()
         };
-        let paths: Vec<PlRefPath> = others.iter().map(|(key, _)| file(key)).collect();
+        let paths: Vec<PlRefPath> = others.iter().flat_map(|(key, _)| files(key)).collect();
         let frame = LazyFrame::scan_parquet_files(paths.into(), args).map_err(perr)?;
         // The `rate` key column only where a rate cell needs it: a run without one
         // keeps its three-key scans and joins.
@@ -75,7 +81,7 @@ pub fn scan(run: &Run, table: &str) -> Result<Option<LazyFrame>> {
             glob: false,
             ..Default::default()
         };
-        let frame = LazyFrame::scan_parquet(file(&key), args).map_err(perr)?;
+        let frame = LazyFrame::scan_parquet_files(files(&key).into(), args).map_err(perr)?;
         frames.push(
             frame.with_columns([
                 lit(key.phase.as_str()).alias("phase"),
