@@ -78,14 +78,28 @@ impl Batches {
         }
     }
 
-    /// The next part to open once this file has ended whole (not after an error), taking
-    /// the rest of the list with it.
-    fn next_part(&mut self) -> Option<(PathBuf, std::vec::IntoIter<PathBuf>)> {
-        if self.broken {
-            return None;
+    /// The next batch, going on into the table's next part (opened by `open`) when this
+    /// file has ended whole; `None` at the end of the last (and after an error).
+    fn next_across(
+        &mut self,
+        mut open: impl FnMut(&Path) -> Result<Batches>,
+    ) -> Result<Option<arrow_array::RecordBatch>> {
+        loop {
+            if let Some(batch) = self.next_batch()? {
+                return Ok(Some(batch));
+            }
+            if self.broken {
+                return Ok(None);
+            }
+            let Some(next) = self.rest.next() else {
+                return Ok(None);
+            };
+            let rest = std::mem::take(&mut self.rest);
+            // Should the part not open, nothing more is read.
+            self.broken = true;
+            *self = guarded(&next, || open(&next))?;
+            self.rest = rest;
         }
-        let next = self.rest.next()?;
-        Some((next, std::mem::take(&mut self.rest)))
     }
 
     /// The next batch, `None` at the end (and after an error).
@@ -273,17 +287,7 @@ impl<T: Table> TableReader<T> {
 
     /// The next record batch, going on into the next part when a file ends whole.
     fn next_batch(&mut self) -> Result<Option<arrow_array::RecordBatch>> {
-        loop {
-            if let Some(batch) = self.batches.next_batch()? {
-                return Ok(Some(batch));
-            }
-            let Some((next, rest)) = self.batches.next_part() else {
-                return Ok(None);
-            };
-            self.batches.broken = true;
-            self.batches = guarded(&next, || open_whole::<T>(&next))?;
-            self.batches.rest = rest;
-        }
+        self.batches.next_across(open_whole::<T>)
     }
 
     /// The next batch of rows, `None` at the end (and after an error). At the end of each
@@ -431,22 +435,16 @@ fn open_projected<T: Table>(path: &Path, columns: &[&str]) -> Result<(Batches, V
 }
 
 impl ColumnReader {
-    /// The next record batch, going on into the next part when a file ends whole.
+    /// The next record batch, going on into the next part when a file ends whole (its
+    /// columns placed anew).
     fn next_batch(&mut self) -> Result<Option<arrow_array::RecordBatch>> {
-        loop {
-            if let Some(batch) = self.batches.next_batch()? {
-                return Ok(Some(batch));
-            }
-            let Some((next, rest)) = self.batches.next_part() else {
-                return Ok(None);
-            };
-            self.batches.broken = true;
-            let names: Vec<&str> = self.names.iter().map(String::as_str).collect();
-            let (batches, columns) = guarded(&next, || (self.reopen)(&next, &names))?;
-            self.batches = batches;
-            self.batches.rest = rest;
-            self.columns = columns;
-        }
+        let (names, reopen, columns) = (&self.names, self.reopen, &mut self.columns);
+        self.batches.next_across(|path| {
+            let names: Vec<&str> = names.iter().map(String::as_str).collect();
+            let (batches, places) = reopen(path, &names)?;
+            *columns = places;
+            Ok(batches)
+        })
     }
 
     /// The stamp of the file being read (version, table, writer, row count from its
