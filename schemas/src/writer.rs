@@ -31,12 +31,16 @@ use crate::{CREATED_BY, SCHEMA_VERSION, SCHEMA_VERSION_KEY, TABLE_KEY, fsutil};
 pub const DEFAULT_BATCH_ROWS: usize = 8 * 1024;
 /// Most rows in one row group.
 pub const DEFAULT_MAX_ROW_GROUP_ROWS: usize = 128 * 1024;
-/// Most rows in one row group of the `requests` table. A request's row is written when it
-/// ends, so at 1,000 requests/s a group of 128 Ki rows was built over 131 s, and the
-/// recorder's heap rose by its buffered pages (about 9 MB) and fell at each flush; each
-/// such top could set a new high-water mark of its resident memory (BENCHMARKS.md,
-/// "Cells of any length": the soak's steps came at the flushes).
-pub const REQUESTS_ROW_GROUP_ROWS: usize = 16 * 1024;
+/// Most rows in one row group of every table but `chunks` (`requests`, `metrics`,
+/// `events`...). A recorder holds a row group's pages, and its dictionaries, until the
+/// group is written. A request's row is written when it ends, so at 1,000 requests/s a
+/// `requests` group of 128 Ki rows was built over 131 s, and the recorder's heap rose by
+/// its pages (about 9 MB) and fell at each flush; each such top could set a new
+/// high-water mark of its resident memory. A scrape adds about a hundred `metrics` rows
+/// a second: a group of 128 Ki rows was never written in a 15-minute cell, and the
+/// recorder's live heap grew with it the whole cell (BENCHMARKS.md, "Cells of any
+/// length"). 16 Ki rows are 16 s of requests and under three minutes of scrapes.
+pub const SMALL_ROW_GROUP_ROWS: usize = 16 * 1024;
 /// A row group is flushed once its encoded, buffered size passes this many bytes.
 pub const DEFAULT_MAX_ROW_GROUP_BYTES: usize = 32 * 1024 * 1024;
 /// Row groups in one file of a table before the table goes on in its next part
@@ -109,10 +113,10 @@ pub fn writer_properties<T: Table>(limits: &WriterLimits) -> WriterProperties {
 
 /// Most rows in one row group of table `T` under `limits`.
 pub fn max_row_group_rows<T: Table>(limits: &WriterLimits) -> usize {
-    if T::NAME == Requests::NAME {
-        limits.max_row_group_rows.min(REQUESTS_ROW_GROUP_ROWS)
-    } else {
+    if T::NAME == Chunks::NAME {
         limits.max_row_group_rows
+    } else {
+        limits.max_row_group_rows.min(SMALL_ROW_GROUP_ROWS)
     }
 }
 

@@ -71,12 +71,13 @@ fn requests_roundtrip() {
     roundtrip::<Requests>(request_rows(2_345));
 }
 
-/// Row groups of the default limits: a `requests` group holds at most 16 Ki rows (a
-/// recorder builds one over 16 s at 1,000 requests/s, not over two minutes), a
-/// `chunks` group up to 128 Ki.
+/// Row groups of the default limits: a group of every table but `chunks` holds at most
+/// 16 Ki rows (the recorder builds a `requests` one over 16 s at 1,000 requests/s, not
+/// over two minutes, and a `metrics` one within three minutes of scrapes, not never in
+/// a long cell), a `chunks` group up to 128 Ki.
 #[test]
-fn requests_row_groups_are_smaller_than_other_tables() {
-    use tokentrace_schemas::writer::{DEFAULT_MAX_ROW_GROUP_ROWS, REQUESTS_ROW_GROUP_ROWS};
+fn row_groups_of_tables_but_chunks_are_smaller() {
+    use tokentrace_schemas::writer::{DEFAULT_MAX_ROW_GROUP_ROWS, SMALL_ROW_GROUP_ROWS};
     fn groups<T: Table>(rows: Vec<T::Row>) -> Vec<i64> {
         written::<T>(rows)
             .metadata()
@@ -85,9 +86,13 @@ fn requests_row_groups_are_smaller_than_other_tables() {
             .map(|rg| rg.num_rows())
             .collect()
     }
-    let r = REQUESTS_ROW_GROUP_ROWS as i64;
+    let r = SMALL_ROW_GROUP_ROWS as i64;
     assert_eq!(
         groups::<Requests>(request_rows(40_000)),
+        [r, r, 40_000 - 2 * r]
+    );
+    assert_eq!(
+        groups::<Metrics>(metric_rows(40_000)),
         [r, r, 40_000 - 2 * r]
     );
     assert_eq!(groups::<Chunks>(chunk_rows(40_000)), [40_000]);
