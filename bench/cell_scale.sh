@@ -44,8 +44,11 @@ for c in "${cells[@]}"; do
   [ -d "$run" ] || "$gen" "$run" "$tokens" "$shape" > /dev/null
   disk=$(du -sb "$run/cells" | cut -f1)
   requests=$(python3 -c "
-import glob, json, sys
-print(sum(json.load(open(p))['files']['requests.parquet']['rows'] for p in glob.glob(sys.argv[1] + '/cells/*/*/*/cell.json')))
+import glob, json, re, sys
+# every part of the requests table (requests.parquet, requests.1.parquet...)
+print(sum(f['rows'] for p in glob.glob(sys.argv[1] + '/cells/*/*/*/cell.json')
+          for name, f in json.load(open(p))['files'].items()
+          if re.fullmatch(r'requests(\.\d+)?\.parquet', name)))
 " "$run")
   times=() peak=0
   for _ in $(seq "$passes"); do
