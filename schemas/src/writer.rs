@@ -15,7 +15,7 @@ use parquet::file::metadata::KeyValue;
 use parquet::file::properties::{EnabledStatistics, WriterProperties};
 use parquet::schema::types::ColumnPath;
 
-use crate::digest::Sha256;
+use crate::digest::HashingWriter;
 use crate::error::{Error, Result};
 use crate::layout::{CELL_FILE, CellKey, RAW_FILE, part_file, table_file};
 use crate::manifest::{CellMeta, FileStat, write_json};
@@ -129,8 +129,7 @@ pub struct TableWriter<T: Table> {
     path: PathBuf,
     /// The first part's file name, which the later parts' names follow.
     first: String,
-    file: File,
-    writer: ArrowWriter<File>,
+    writer: ArrowWriter<HashingWriter<File>>,
     schema: SchemaRef,
     buf: Vec<T::Row>,
     limits: WriterLimits,
@@ -143,32 +142,39 @@ pub struct TableWriter<T: Table> {
     _table: PhantomData<T>,
 }
 
-/// Creates (truncates) one Parquet file of table `T`: the file and a writer into it.
-fn create_file<T: Table>(path: &Path, limits: &WriterLimits) -> Result<(File, ArrowWriter<File>)> {
+/// Creates (truncates) one Parquet file of table `T` and a writer into it, which hashes
+/// what it writes.
+fn create_file<T: Table>(
+    path: &Path,
+    limits: &WriterLimits,
+) -> Result<ArrowWriter<HashingWriter<File>>> {
     let file = File::create(path).map_err(|e| Error::io(path, e))?;
-    let handle = file.try_clone().map_err(|e| Error::io(path, e))?;
     let props = writer_properties::<T>(limits);
-    let writer = ArrowWriter::try_new(handle, T::schema(), Some(props)).map_err(|source| {
+    ArrowWriter::try_new(HashingWriter::new(file), T::schema(), Some(props)).map_err(|source| {
         Error::ParquetWrite {
             path: path.to_path_buf(),
             source,
         }
-    })?;
-    Ok((file, writer))
+    })
 }
 
-/// Writes a file's footer, fsyncs it and says what it holds (`rows` rows).
-fn close_file(path: &Path, file: File, writer: ArrowWriter<File>, rows: u64) -> Result<FileStat> {
-    writer.close().map_err(|source| Error::ParquetWrite {
+/// Writes a file's footer, fsyncs it and says what it holds (`rows` rows): its digest is
+/// of the bytes written, without reading the file back.
+fn close_file(
+    path: &Path,
+    writer: ArrowWriter<HashingWriter<File>>,
+    rows: u64,
+) -> Result<FileStat> {
+    let hashed = writer.into_inner().map_err(|source| Error::ParquetWrite {
         path: path.to_path_buf(),
         source,
     })?;
+    let (file, sha256, bytes) = hashed.finish();
     file.sync_all().map_err(|e| Error::io(path, e))?;
-    let bytes = file.metadata().map_err(|e| Error::io(path, e))?.len();
     Ok(FileStat {
         rows,
         bytes,
-        sha256: Some(Sha256::of_file(path)?),
+        sha256: Some(sha256),
     })
 }
 
@@ -180,13 +186,12 @@ impl<T: Table> TableWriter<T> {
 
     /// Creates (truncates) `path` with the given limits.
     pub fn with_limits(path: &Path, limits: WriterLimits) -> Result<Self> {
-        let (file, writer) = create_file::<T>(path, &limits)?;
+        let writer = create_file::<T>(path, &limits)?;
         Ok(TableWriter {
             path: path.to_path_buf(),
             first: path
                 .file_name()
                 .map_or_else(|| table_file::<T>(), |n| n.to_string_lossy().into_owned()),
-            file,
             writer,
             schema: T::schema(),
             buf: Vec::with_capacity(limits.batch_rows.min(DEFAULT_BATCH_ROWS)),
@@ -268,11 +273,10 @@ impl<T: Table> TableWriter<T> {
         let path = self
             .path
             .with_file_name(part_file(&self.first, self.done.len() + 1));
-        let (file, writer) = create_file::<T>(&path, &self.limits)?;
+        let writer = create_file::<T>(&path, &self.limits)?;
         let path = std::mem::replace(&mut self.path, path);
-        let file = std::mem::replace(&mut self.file, file);
         let writer = std::mem::replace(&mut self.writer, writer);
-        let stat = close_file(&path, file, writer, std::mem::take(&mut self.part_rows))?;
+        let stat = close_file(&path, writer, std::mem::take(&mut self.part_rows))?;
         self.done
             .push((part_file(&self.first, self.done.len()), stat));
         Ok(())
@@ -283,7 +287,7 @@ impl<T: Table> TableWriter<T> {
     /// row groups).
     pub fn finish(mut self) -> Result<Vec<(String, FileStat)>> {
         self.flush_rows()?;
-        let stat = close_file(&self.path, self.file, self.writer, self.part_rows)?;
+        let stat = close_file(&self.path, self.writer, self.part_rows)?;
         self.done
             .push((part_file(&self.first, self.done.len()), stat));
         Ok(self.done)

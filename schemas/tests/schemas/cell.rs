@@ -281,6 +281,12 @@ fn a_long_table_goes_on_in_parts_that_read_as_one() {
             .rows;
         assert_eq!(rows, if n < 6 { 300 } else { 200 }, "{name}");
         assert_eq!(meta.files[name].rows, rows as u64, "{name}");
+        // Hashed and counted as written: the same as read back.
+        let path = cell.join(name);
+        let on_disk = tokentrace_schemas::digest::Sha256::of_file(&path).expect(name);
+        assert_eq!(meta.files[name].sha256, Some(on_disk), "{name}");
+        let len = std::fs::metadata(&path).expect(name).len();
+        assert_eq!(meta.files[name].bytes, len, "{name}");
     }
     assert!(!cell.join("chunks.7.parquet").exists());
     assert_eq!(meta.table_rows("chunks.parquet"), 2_000);
