@@ -9,7 +9,7 @@ use std::io::{BufReader, BufWriter, Read, Write};
 use std::path::{Path, PathBuf};
 
 use crate::SCHEMA_VERSION;
-use crate::digest::Sha256;
+use crate::digest::HashingWriter;
 use crate::error::{Error, Result};
 use crate::manifest::FileStat;
 
@@ -37,7 +37,7 @@ const INPUT_BUFFER: usize = 64 * 1024;
 /// Appends frames to a zstd stream (bounded memory: zstd's window plus two buffers).
 pub struct RawWriter {
     path: PathBuf,
-    enc: BufWriter<zstd::stream::write::Encoder<'static, BufWriter<File>>>,
+    enc: BufWriter<zstd::stream::write::Encoder<'static, BufWriter<HashingWriter<File>>>>,
     frames: u64,
 }
 
@@ -54,8 +54,9 @@ impl RawWriter {
     /// Creates (truncates) `path` and writes the header.
     pub fn create(path: &Path) -> Result<Self> {
         let file = File::create(path).map_err(|e| Error::io(path, e))?;
-        let mut enc = zstd::stream::write::Encoder::new(BufWriter::new(file), 3)
-            .map_err(|e| Error::io(path, e))?;
+        let mut enc =
+            zstd::stream::write::Encoder::new(BufWriter::new(HashingWriter::new(file)), 3)
+                .map_err(|e| Error::io(path, e))?;
         enc.write_all(RAW_MAGIC)
             .and_then(|()| enc.write_all(&SCHEMA_VERSION.to_le_bytes()))
             .map_err(|e| Error::io(path, e))?;
@@ -84,7 +85,7 @@ impl RawWriter {
         Ok(())
     }
 
-    /// Ends the zstd stream and fsyncs the file.
+    /// Ends the zstd stream and fsyncs the file (its digest taken as it was written).
     pub fn finish(self) -> Result<FileStat> {
         let path = self.path;
         let enc = self
@@ -92,15 +93,15 @@ impl RawWriter {
             .into_inner()
             .map_err(|e| Error::io(&path, e.into_error()))?;
         let buf = enc.finish().map_err(|e| Error::io(&path, e))?;
-        let file = buf
+        let (file, sha256, bytes) = buf
             .into_inner()
-            .map_err(|e| Error::io(&path, e.into_error()))?;
+            .map_err(|e| Error::io(&path, e.into_error()))?
+            .finish();
         file.sync_all().map_err(|e| Error::io(&path, e))?;
-        let bytes = file.metadata().map_err(|e| Error::io(&path, e))?.len();
         Ok(FileStat {
             rows: self.frames,
             bytes,
-            sha256: Some(Sha256::of_file(&path)?),
+            sha256: Some(sha256),
         })
     }
 }

@@ -29,10 +29,8 @@ impl PrefixCache {
 
     /// Marks a cached block used at `step`; a block not cached stays out.
     pub(super) fn touch(&mut self, hash: u64, step: u64) {
-        if let Some(last) = self.last.get_mut(&hash) {
-            self.by_age.remove(&(*last, hash));
-            *last = step;
-            self.by_age.insert((step, hash));
+        if self.contains(hash) {
+            self.insert(hash, step);
         }
     }
 
