@@ -440,3 +440,51 @@ async fn recorded_sessions_are_sent_again_with_live_answers() {
         "each recorded session once, all its user turns"
     );
 }
+
+/// The cache of the real vLLM test's `conversations_evicted` (four 128-token blocks, a
+/// 512-token model length) under its four two-turn sessions of 192-token messages: a
+/// second turn fills the cache, so no other session's history outlives it. On vLLM
+/// 0.32.0 every second turn got 0 of its 238 tokens from the cache; so here.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_turn_that_fills_the_cache_evicts_every_other_history() {
+    let run_dir = tempfile::tempdir().expect("tempdir");
+    let out = run_dir.path().join("run");
+    let mut profile = Profile::load("tiny").expect("tiny");
+    profile.block_size = 128;
+    profile.kv_cache_tokens = 512;
+    profile.max_model_len = 512;
+    let addr: SocketAddr = "127.0.0.1:0".parse().expect("addr");
+    let sim = SimServer::start(profile, addr).await.expect("sim");
+    let c = ConversationConfig {
+        turns_min: 2,
+        turns_max: 2,
+        ..three_turns(vec![4], 192, 16, 3)
+    };
+    record(&sim, &out, Endpoint::Chat, c).await;
+    let cells = list_cells(&out).expect("cells");
+    let [(_, dir)] = &cells[..] else {
+        panic!("one cell: {cells:?}")
+    };
+    let later: Vec<(TurnRow, RequestRow)> = turns(dir)
+        .into_values()
+        .filter(|(t, r)| t.turn == 2 && r.end_reason == EndReason::FinishedLength)
+        .collect();
+    for (t, r) in &later {
+        eprintln!(
+            "session {} turn 2: {:?} prompt tokens, history {}, {:?} cached",
+            t.session, r.prompt_tokens_server, t.history_tokens, r.cached_tokens_server
+        );
+    }
+    assert!(later.len() >= 4, "{} second turns answered", later.len());
+    assert!(
+        later.iter().all(|(_, r)| r.cached_tokens_server == Some(0)),
+        "a history outlived a second turn"
+    );
+    let json = report_json(&out);
+    let cell = cells_of(&json)[0];
+    assert!(
+        warning_kinds(cell).contains(&"prefix_evicted".to_string()),
+        "{}",
+        cell["warnings"]
+    );
+}
