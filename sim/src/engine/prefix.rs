@@ -1,20 +1,22 @@
 //! The prefix cache's blocks with their last use, evicted least recently used first in
 //! O(log n) a block: an age index beside the map, where a sort of the whole cache on
 //! every eviction cost the engine thread a step's time per finished request. As in
-//! vLLM, a block a running sequence holds is pinned (out of the age index, never
-//! evicted), and the cached blocks no sequence holds live in the KV cache's free room.
+//! vLLM, a block a running sequence holds is out of the age index (never evicted), and
+//! the cached blocks no sequence holds live in the KV cache's free room.
 
-use std::collections::{BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeSet, HashMap};
 
 /// Block-chain hashes with the step that last used each, at most `capacity` of them.
 #[derive(Debug)]
 pub(super) struct PrefixCache {
     last: HashMap<u64, u64>,
-    /// `(last use, hash)` of every block in `last` that is not pinned: the first is the
+    /// `(last use, hash)` of every block in `last` that is not held: the first is the
     /// one to evict (the lowest hash among blocks last used in the same step).
     by_age: BTreeSet<(u64, u64)>,
-    /// Blocks held by running sequences: cached, but not to be evicted.
-    pinned: HashSet<u64>,
+    /// Blocks held by running sequences, with how many hold each: cached ones are
+    /// pinned (never evicted); each takes its room in the KV cache once, however many
+    /// hold it.
+    held: HashMap<u64, u32>,
     capacity: usize,
 }
 
@@ -23,7 +25,7 @@ impl PrefixCache {
         PrefixCache {
             last: HashMap::new(),
             by_age: BTreeSet::new(),
-            pinned: HashSet::new(),
+            held: HashMap::new(),
             capacity: capacity.max(1),
         }
     }
@@ -39,44 +41,62 @@ impl PrefixCache {
         }
     }
 
-    /// Caches a block used at `step`, then evicts the least recently used unpinned
-    /// blocks past capacity.
+    /// Caches a block used at `step`, then evicts the least recently used blocks no
+    /// sequence holds past capacity.
     pub(super) fn insert(&mut self, hash: u64, step: u64) {
         if let Some(old) = self.last.insert(hash, step) {
             self.by_age.remove(&(old, hash));
         }
-        if !self.pinned.contains(&hash) {
+        if !self.held.contains_key(&hash) {
             self.by_age.insert((step, hash));
         }
         while self.last.len() > self.capacity && self.evict_oldest() {}
     }
 
-    /// A running sequence holds a cached block: it stays cached until unpinned. A block
-    /// not cached stays out.
-    pub(super) fn pin(&mut self, hash: u64) {
-        if let Some(&step) = self.last.get(&hash)
-            && self.pinned.insert(hash)
+    /// A running sequence holds a block: cached, it stays cached until no sequence
+    /// holds it; a block not cached stays out.
+    pub(super) fn hold(&mut self, hash: u64) {
+        let count = self.held.entry(hash).or_insert(0);
+        *count += 1;
+        if *count == 1
+            && let Some(&step) = self.last.get(&hash)
         {
             self.by_age.remove(&(step, hash));
         }
     }
 
-    /// No running sequence holds the block any more: it goes back among the evictable,
-    /// as the most recently used (vLLM appends a freed block to its free queue's end).
-    pub(super) fn unpin(&mut self, hash: u64, step: u64) {
-        if self.pinned.remove(&hash) && self.contains(hash) {
-            self.insert(hash, step);
+    /// A sequence lets go of a block it held (it finished, was preempted or aborted).
+    /// Once none holds it, a cached block goes back among the evictable as the most
+    /// recently used, at `step` (vLLM appends a freed block to its free queue's end).
+    pub(super) fn release(&mut self, hash: u64, step: u64) {
+        let Some(count) = self.held.get_mut(&hash) else {
+            return;
+        };
+        *count -= 1;
+        if *count == 0 {
+            self.held.remove(&hash);
+            self.touch(hash, step);
         }
     }
 
-    /// Evicts the least recently used unpinned blocks until at most `room` are left: the
+    pub(super) fn is_held(&self, hash: u64) -> bool {
+        self.held.contains_key(&hash)
+    }
+
+    /// Blocks held by running sequences, each once.
+    pub(super) fn held_blocks(&self) -> usize {
+        self.held.len()
+    }
+
+    /// Evicts the least recently used blocks no sequence holds until at most `room` are
+    /// left: the
     /// KV cache's blocks not in use by running sequences, which vLLM's cached-but-free
     /// blocks share with every new allocation.
     pub(super) fn fit_free(&mut self, room: usize) {
         while self.by_age.len() > room && self.evict_oldest() {}
     }
 
-    /// Evicts the least recently used unpinned block; false when every block is pinned.
+    /// Evicts the least recently used block no sequence holds; false when all are held.
     fn evict_oldest(&mut self) -> bool {
         let Some((_, oldest)) = self.by_age.pop_first() else {
             return false;
@@ -158,18 +178,18 @@ mod tests {
     }
 
     #[test]
-    fn a_pinned_block_outlives_the_free_room_and_comes_back_as_just_used() {
+    fn a_held_block_outlives_the_free_room_and_comes_back_as_just_used() {
         let mut cache = PrefixCache::new(10);
         for (hash, step) in [(1, 0), (2, 1), (3, 2), (4, 3)] {
             cache.insert(hash, step);
         }
-        cache.pin(1);
-        cache.pin(9);
+        cache.hold(1);
+        cache.hold(9);
         cache.fit_free(1);
         assert!(cache.contains(1) && cache.contains(4));
         assert!(!cache.contains(2) && !cache.contains(3) && !cache.contains(9));
-        cache.unpin(1, 5);
-        cache.unpin(9, 5);
+        cache.release(1, 5);
+        cache.release(9, 5);
         cache.fit_free(1);
         assert!(cache.contains(1) && !cache.contains(4), "1 was freed last");
         assert!(!cache.contains(9));
