@@ -12,7 +12,15 @@
 //! One arena for every thread did as well at 20 req/s but made the workers wait on its
 //! lock (1,500 futex calls a cell), a cost that grows with the cores of a GPU box.
 //!
-//! Only on Linux with glibc; elsewhere [`prepare`] and the hook do nothing.
+//! A cell's writer thread does the same with [`WRITER_PREFAULT_BYTES`] of its own arena
+//! ([`prepare_writer`]), for a second reason: its transient buffers (a row group's pages,
+//! a part's footer, the stash's deque) land at new places in its heap as a long cell goes
+//! on, and each new high-water mark stays resident. Touched at the start, that room is
+//! resident once, and a long cell's RSS stays flat (BENCHMARKS.md, "The writer's arena
+//! touched at the start").
+//!
+//! Only on Linux with glibc; elsewhere [`prepare`], [`prepare_writer`] and the hook do
+//! nothing.
 
 use std::num::NonZeroUsize;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -21,6 +29,11 @@ use std::sync::atomic::{AtomicBool, Ordering};
 /// writer queue's bound ([`crate::store::queue::QUEUE_BYTES`]), which covers what a cell of 400
 /// requests at 20 req/s holds.
 pub const PREFAULT_BYTES: usize = crate::store::queue::QUEUE_BYTES;
+
+/// Bytes of heap a cell's writer thread touches before its first record: above the
+/// writer's arena at the end of a 15-minute cell at 1,000 requests per second (28.8-33.9
+/// MiB in five runs, BENCHMARKS.md), below the 64 MiB of one arena's heap.
+pub const WRITER_PREFAULT_BYTES: usize = 40 << 20;
 
 /// The allocator took the settings [`prepare`] gives it.
 static READY: AtomicBool = AtomicBool::new(false);
@@ -49,6 +62,13 @@ pub fn prepare_analysis() {
 
 /// The fixed threshold [`prepare_analysis`] sets: glibc's initial one.
 pub const ANALYSIS_MMAP_BYTES: usize = 128 << 10;
+
+/// Touches [`WRITER_PREFAULT_BYTES`] of the calling thread's arena, the first time a
+/// cell's writer runs on this thread (a later cell's writer on the same blocking-pool
+/// thread finds it touched). Does nothing unless [`prepare`] took.
+pub fn prepare_writer() {
+    touch_once(WRITER_PREFAULT_BYTES);
+}
 
 /// The multi-threaded runtime a recording runs on (tokio's defaults: a worker per CPU),
 /// whose workers each touch their share of [`PREFAULT_BYTES`] once, when they first go
@@ -128,27 +148,32 @@ mod tests {
         kb * 1024
     }
 
+    /// Runs test `name` again in a child process of its own (the test harness has
+    /// threads already, and the allocator's settings must come before any): true in the
+    /// child, which then runs the test's body; false in the parent, once the child
+    /// passed.
+    fn in_child(name: &str) -> bool {
+        if std::env::var_os("TOKENTRACE_HEAP_CHILD").is_some() {
+            return true;
+        }
+        let me = std::env::current_exe().expect("test binary");
+        let out = std::process::Command::new(me)
+            .args(["--exact", name, "--nocapture", "--test-threads=1"])
+            .env("TOKENTRACE_HEAP_CHILD", "1")
+            .output()
+            .expect("run the child");
+        let text = String::from_utf8_lossy(&out.stdout).to_string()
+            + &String::from_utf8_lossy(&out.stderr);
+        assert!(
+            out.status.success() && text.contains("heap child ok"),
+            "{text}"
+        );
+        false
+    }
+
     #[test]
     fn the_prefaulted_block_stays_resident_after_it_is_freed() {
-        // Run in a child process of its own: the test harness has threads already.
-        if std::env::var_os("TOKENTRACE_HEAP_CHILD").is_none() {
-            let me = std::env::current_exe().expect("test binary");
-            let out = std::process::Command::new(me)
-                .args([
-                    "--exact",
-                    "run::heap::tests::the_prefaulted_block_stays_resident_after_it_is_freed",
-                    "--nocapture",
-                    "--test-threads=1",
-                ])
-                .env("TOKENTRACE_HEAP_CHILD", "1")
-                .output()
-                .expect("run the child");
-            let text = String::from_utf8_lossy(&out.stdout).to_string()
-                + &String::from_utf8_lossy(&out.stderr);
-            assert!(
-                out.status.success() && text.contains("heap child ok"),
-                "{text}"
-            );
+        if !in_child("run::heap::tests::the_prefaulted_block_stays_resident_after_it_is_freed") {
             return;
         }
         let before = resident_bytes();
@@ -164,6 +189,58 @@ mod tests {
         std::hint::black_box(&v);
         let later = resident_bytes();
         assert!(later < after + (1 << 20), "resident {after} -> {later}");
+        println!("heap child ok");
+    }
+
+    #[test]
+    fn a_writer_thread_churns_inside_its_touched_arena() {
+        if !in_child("run::heap::tests::a_writer_thread_churns_inside_its_touched_arena") {
+            return;
+        }
+        super::prepare();
+        // A thread of its own gets an arena of its own, as a cell's writer does.
+        let report = std::thread::spawn(|| {
+            let start = resident_bytes();
+            super::prepare_writer();
+            let touched = resident_bytes();
+            // What a writer does: blocks of many sizes, some held while others come and
+            // go (16-256 KiB, about 22 MiB at the most at once), in an order that leaves
+            // holes.
+            let mut held: Vec<Vec<u8>> = Vec::new();
+            let mut peak = 0;
+            for round in 0..6usize {
+                for i in 0..150usize {
+                    held.push(vec![3u8; (16 << 10) << ((i + round) % 5)]);
+                }
+                peak = peak.max(held.iter().map(Vec::len).sum::<usize>());
+                let keep: Vec<Vec<u8>> = held.drain(..).step_by(3).collect();
+                held = keep;
+            }
+            drop(held);
+            let churned = resident_bytes();
+            super::prepare_writer();
+            let again = resident_bytes();
+            (start, touched, peak, churned, again)
+        })
+        .join()
+        .expect("the writer thread");
+        let (start, touched, peak, churned, again) = report;
+        assert!(
+            touched >= start + super::WRITER_PREFAULT_BYTES - (2 << 20),
+            "resident {start} -> {touched}: the writer's arena was not touched"
+        );
+        assert!(
+            peak > 16 << 20,
+            "held {peak} bytes at once: too few to tell"
+        );
+        assert!(
+            churned < touched + (1 << 20),
+            "resident {touched} -> {churned} after the churn: it went past the touched room"
+        );
+        assert!(
+            again < churned + (1 << 20),
+            "resident {churned} -> {again}: a second call touched again"
+        );
         println!("heap child ok");
     }
 }

@@ -452,11 +452,17 @@ async fn start(
     writers.running.fetch_add(1, Ordering::AcqRel);
     let feed = ctx.feed.clone();
     let key = plan.key;
+    let (touched, ready) = tokio::sync::oneshot::channel();
     let handle = tokio::task::spawn_blocking(move || {
+        crate::run::heap::prepare_writer();
+        let _ = touched.send(());
         let r = writer_loop(writer, rx, tokens, &writers.stop, &feed, key);
         writers.running.fetch_sub(1, Ordering::AcqRel);
         r
     });
+    // The writer's arena is touched before the cell's first request, not beside it
+    // (`run::heap`); a writer that failed to start is the handle's to tell.
+    let _ = ready.await;
     let cell = Arc::new(Cell {
         ctx: ctx.clone(),
         plan: plan.clone(),
