@@ -2,8 +2,9 @@
 # The recorder on a long open-loop cell (issue 43): the simulator (bench/bench-sim.toml:
 # TTFT 50 ms, 10 ms steps, a token per chunk) in a process of its own, and one rate cell
 # of RATE requests per second for DURATION, TOKENS output tokens each (256-token
-# prompts). The recorder's RSS is sampled every 10 s while it records; then `check` and
-# `report` on the run are timed, and the run's bytes per streamed token printed.
+# prompts). The recorder's RSS is sampled every 10 s while it records (and its memory map
+# saved each minute in WORK/smaps: bench/heapwatch/arenas.py); then `check` and `report`
+# on the run are timed, and the run's bytes per streamed token printed.
 #   bash bench/long_cell.sh [RATE=1000] [DURATION=10m] [TOKENS=16]
 # WORK=DIR keeps the run there (it is about 5 bytes per token: 1 GB for 10 minutes at
 # 1,000 requests per second of 16 tokens... less with fewer tokens).
@@ -37,10 +38,19 @@ rm -rf "$run"
   --max-tokens "$tokens" --drain-timeout 60s > "$work/record.log" 2>&1 &
 rec=$!
 started=$(date +%s)
+mkdir -p "$work/smaps"
+rm -f "$work"/smaps/smaps.*
 echo "seconds  recorder RSS MiB"
+copied=-1
 while kill -0 "$rec" 2> /dev/null; do
+  t=$(($(date +%s) - started))
   rss=$(awk '/VmRSS/ {print $2}' "/proc/$rec/status" 2> /dev/null || true)
-  [ -n "$rss" ] && printf '%7d  %16.1f\n' $(($(date +%s) - started)) "$(echo "$rss / 1024" | bc -l)"
+  [ -n "$rss" ] && printf '%7d  %16.1f\n' "$t" "$(echo "$rss / 1024" | bc -l)"
+  # The memory map once a minute: bench/heapwatch/arenas.py reads it arena by arena.
+  if [ $((t / 60)) -gt "$copied" ]; then
+    cp "/proc/$rec/smaps" "$work/smaps/smaps.$t" 2> /dev/null || true
+    copied=$((t / 60))
+  fi
   sleep 10
 done
 wait "$rec" || { tail "$work/record.log"; exit 1; }

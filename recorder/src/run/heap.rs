@@ -31,8 +31,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 pub const PREFAULT_BYTES: usize = crate::store::queue::QUEUE_BYTES;
 
 /// Bytes of heap a cell's writer thread touches before its first record: above the
-/// writer's arena at the end of a 15-minute cell at 1,000 requests per second (28.8-33.9
-/// MiB in five runs, BENCHMARKS.md), below the 64 MiB of one arena's heap.
+/// writer's arena at the end of a 15-minute cell at 1,000 requests per second without it
+/// (30.1-33.9 MiB in four runs, BENCHMARKS.md), below the 64 MiB of one arena's heap.
 pub const WRITER_PREFAULT_BYTES: usize = 40 << 20;
 
 /// The allocator took the settings [`prepare`] gives it.
